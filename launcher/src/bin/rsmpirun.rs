@@ -1,0 +1,69 @@
+//! `rsmpirun -n N [--prefix] [--transport shm] [--timeout SECS] [--] program args…`
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::Parser;
+use launcher::{run, Job, LaunchError};
+
+/// Starts N ranks of an rsmpi program on this node and exits with the job's status.
+#[derive(Parser, Debug)]
+#[command(name = "rsmpirun", version)]
+struct Args {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "np", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    n: u32,
+    /// Prefix each output line of a rank with `[rank] `.
+    #[arg(long)]
+    prefix: bool,
+    /// Transport the ranks should use (passed as RSMPI_TRANSPORT).
+    #[arg(long, default_value = "shm")]
+    transport: String,
+    /// Kill the whole job after SECS seconds (exit status 124).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// The program to run and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    command: Vec<OsString>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut command = args.command.into_iter();
+    let program = command.next().unwrap_or_default();
+    let mut job = Job::new(args.n, program, command);
+    job.prefix_output = args.prefix;
+    job.transport = args.transport;
+    if let Some(secs) = args.timeout {
+        match Duration::try_from_secs_f64(secs) {
+            Ok(d) if secs > 0.0 => job.timeout = Some(d),
+            _ => {
+                eprintln!("rsmpirun: --timeout needs a positive number of seconds");
+                std::process::exit(2);
+            }
+        }
+    }
+    match run(&job) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("rsmpirun: {e}");
+            let code = match e {
+                LaunchError::Spawn { ref source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    127
+                }
+                LaunchError::Spawn { .. } => 126,
+                _ => 1,
+            };
+            std::process::exit(code)
+        }
+    }
+}

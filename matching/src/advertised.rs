@@ -1,0 +1,179 @@
+//! The sender's associative memory: receives a peer advertised to us, and the send
+//! requests we issued that the peer may not have seen yet (for the crossing rule).
+
+use crate::map::HMap;
+use crate::types::{Ctx, RemoteBuf, Tag, TagSel};
+use std::collections::VecDeque;
+
+/// One advertised receive (receive request k of the peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Adv {
+    pub ctx: Ctx,
+    pub tag: TagSel,
+    pub buf: RemoteBuf,
+    pub live: bool,
+}
+
+/// Receive requests of one peer, by k, with a FIFO per (ctx, tag) and per (ctx, ANY_TAG).
+/// The earliest live entry matching (ctx, tag) is the smaller k of two queue heads:
+/// O(1) amortised, whatever the number of entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct AdvTable {
+    /// Entry k is at index k - base - 1; consumed entries at the front are dropped.
+    entries: VecDeque<Adv>,
+    base: u64,
+    fifo: HMap<(Ctx, TagSel), VecDeque<u64>>,
+}
+
+impl AdvTable {
+    /// Records receive request `k` (requests arrive in order: k = previous + 1).
+    pub fn push(&mut self, k: u64, adv: Adv) {
+        debug_assert_eq!(k, self.base + self.entries.len() as u64 + 1);
+        if adv.live {
+            self.fifo.entry((adv.ctx, adv.tag)).or_default().push_back(k);
+        }
+        self.entries.push_back(adv);
+        self.trim();
+    }
+
+    fn get(&self, k: u64) -> Option<&Adv> {
+        k.checked_sub(self.base + 1).and_then(|i| self.entries.get(i as usize))
+    }
+
+    fn trim(&mut self) {
+        while self.entries.front().is_some_and(|e| !e.live) {
+            self.entries.pop_front();
+            self.base += 1;
+        }
+    }
+
+    fn head(&mut self, key: (Ctx, TagSel)) -> Option<u64> {
+        let q = self.fifo.get_mut(&key)?;
+        while let Some(&k) = q.front() {
+            let live = k
+                .checked_sub(self.base + 1)
+                .and_then(|i| self.entries.get(i as usize))
+                .is_some_and(|e| e.live);
+            if live {
+                return Some(k);
+            }
+            q.pop_front();
+        }
+        self.fifo.remove(&key);
+        None
+    }
+
+    /// Takes the earliest live receive request matching a message (ctx, tag).
+    pub fn take_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
+        let a = self.head((ctx, TagSel::Tag(tag)));
+        let b = self.head((ctx, TagSel::Any));
+        let k = match (a, b) {
+            (Some(a), Some(b)) => a.min(b),
+            (x, y) => x.or(y)?,
+        };
+        let adv = self.kill(k)?;
+        Some((k, adv))
+    }
+
+    /// Marks entry k consumed; returns it if it was live.
+    pub fn kill(&mut self, k: u64) -> Option<Adv> {
+        let i = k.checked_sub(self.base + 1)? as usize;
+        let e = self.entries.get_mut(i)?;
+        if !e.live {
+            return None;
+        }
+        e.live = false;
+        let out = *e;
+        self.trim();
+        Some(out)
+    }
+
+    pub fn is_live(&self, k: u64) -> bool {
+        self.get(k).is_some_and(|e| e.live)
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.entries.iter().filter(|e| e.live).count()
+    }
+}
+
+/// A send request we issued, kept until the peer has certainly seen it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Issued {
+    pub i: u64,
+    pub ctx: Ctx,
+    pub tag: Tag,
+    /// Already known (by replay) to have matched one of the peer's receive requests.
+    pub assigned: bool,
+}
+
+/// Send requests the peer may not have processed yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Crossing {
+    q: VecDeque<Issued>,
+}
+
+impl Crossing {
+    pub fn push(&mut self, i: u64, ctx: Ctx, tag: Tag) {
+        self.q.push_back(Issued { i, ctx, tag, assigned: false });
+    }
+
+    /// The peer has processed send requests up to `m`: forget them.
+    pub fn seen(&mut self, m: u64) {
+        while self.q.front().is_some_and(|e| e.i <= m) {
+            self.q.pop_front();
+        }
+    }
+
+    /// Rule 5: a receive request (ctx, tag) issued by the peer after it had processed
+    /// `m` send requests. Replays the peer's matching over the send requests it had not
+    /// seen: the earliest one not already assigned that matches is the one the peer's
+    /// own matching gives this receive. Returns its number, if any.
+    pub fn replay(&mut self, m: u64, ctx: Ctx, tag: TagSel) -> Option<u64> {
+        self.seen(m);
+        let e = self.q.iter_mut().find(|e| !e.assigned && e.ctx == ctx && tag.matches(e.tag))?;
+        e.assigned = true;
+        Some(e.i)
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adv(tag: TagSel) -> Adv {
+        Adv { ctx: 0, tag, buf: RemoteBuf::default(), live: true }
+    }
+
+    #[test]
+    fn earliest_of_tag_and_any() {
+        let mut t = AdvTable::default();
+        t.push(1, adv(TagSel::Tag(5)));
+        t.push(2, adv(TagSel::Any));
+        t.push(3, adv(TagSel::Tag(5)));
+        assert_eq!(t.take_match(0, 6).map(|x| x.0), Some(2));
+        assert_eq!(t.take_match(0, 5).map(|x| x.0), Some(1));
+        assert_eq!(t.take_match(1, 5), None);
+        assert!(t.is_live(3));
+        assert!(t.kill(3).is_some());
+        assert!(t.kill(3).is_none());
+        assert_eq!(t.take_match(0, 5), None);
+        assert_eq!(t.live_count(), 0);
+    }
+
+    #[test]
+    fn replay_skips_assigned_and_seen() {
+        let mut c = Crossing::default();
+        c.push(1, 0, 0);
+        c.push(2, 0, 1);
+        c.push(3, 0, 1);
+        assert_eq!(c.replay(1, 0, TagSel::Tag(1)), Some(2));
+        assert_eq!(c.replay(1, 0, TagSel::Any), Some(3));
+        assert_eq!(c.replay(0, 0, TagSel::Any), None);
+        assert_eq!(c.len(), 2);
+    }
+}

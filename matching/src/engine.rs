@@ -1,0 +1,859 @@
+//! The engine: one rank's whole protocol state, driven by API calls and incoming
+//! control messages, answering with [`Output`]s for the driver to carry out.
+
+use crate::advertised::{Adv, AdvTable, Crossing};
+use crate::map::HMap;
+use crate::queues::{Posted, UData, UEntry, Unexpected};
+use crate::types::*;
+use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// Something the driver must do. Drain them with [`Engine::poll_output`] after every
+/// call, and carry them out in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// Send control message `header` to `to`, followed by the first `len` bytes of
+    /// send `payload`'s buffer if there is one (an eager send).
+    Transmit { to: Rank, header: Header, payload: Option<(SendId, u64)> },
+    /// Write the first `len` bytes of `send`'s buffer into `dst` at `to` (one-sided),
+    /// then send control message `header` to `to`.
+    Put { to: Rank, send: SendId, dst: RemoteBuf, len: u64, header: Header },
+    /// Read `len` bytes of `src` at `from` (one-sided) into `into`, then call
+    /// [`Engine::get_done`].
+    Get { xfer: XferId, from: Rank, src: RemoteBuf, len: u64, into: GetInto },
+    /// Copy `data` (already cut to the receive's capacity) into `recv`'s buffer.
+    CopyIn { recv: RecvId, data: Vec<u8> },
+    /// A receive completed (after its data was delivered by earlier outputs).
+    RecvDone { recv: RecvId, outcome: RecvOutcome },
+    /// A send completed.
+    SendDone { send: SendId, outcome: SendOutcome },
+    /// A buffered send finished internally: its copy of the data may be freed.
+    BufferFree { send: SendId },
+}
+
+/// Where a one-sided read goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GetInto {
+    /// The buffer of this receive, from offset 0.
+    Recv(RecvId),
+    /// A staging buffer the driver allocates and hands back to `get_done`.
+    Staging,
+}
+
+/// The part of an incoming control message the driver must copy into a receive
+/// buffer before it releases the message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deliver {
+    pub recv: RecvId,
+    /// Byte range of the incoming message (already cut to the receive's capacity).
+    pub range: Range<usize>,
+}
+
+/// A receive to post.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvSpec {
+    pub source: Source,
+    pub tag: TagSel,
+    pub ctx: Ctx,
+    /// Capacity of the receive buffer in bytes.
+    pub capacity: u64,
+    /// The buffer exposed for direct writes, or `None` when it is not contiguous (the
+    /// receive is then matched at the receiver and the driver unpacks).
+    pub buf: Option<RemoteBuf>,
+}
+
+/// A send to start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendSpec {
+    pub dest: Rank,
+    pub tag: Tag,
+    pub ctx: Ctx,
+    pub len: u64,
+    pub mode: SendMode,
+    /// The (contiguous) send buffer, exposed for the receiver's one-sided read.
+    pub buf: RemoteBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RStage {
+    /// In the posted queue; `adv` = (peer, k) once advertised.
+    Posted { adv: Option<u64>, cancelling: bool },
+    /// Matched; the payload is being read (rendezvous) or staged.
+    Fetching { outcome: RecvOutcome },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RecvState {
+    source: Source,
+    tag: TagSel,
+    ctx: Ctx,
+    cap: u64,
+    buf: Option<RemoteBuf>,
+    stage: RStage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SendState {
+    dest: Rank,
+    len: u64,
+    /// Send request number, if it went as a send request (not a direct write).
+    i: Option<u64>,
+    /// Completes on Ack / Nack / Fin rather than when it leaves the outbox.
+    needs_reply: bool,
+    /// Left the outbox.
+    emitted: bool,
+    /// A `CancelSend` is on its way.
+    cancelling: bool,
+    /// Completion owed to the user (false for buffered sends, completed at start).
+    user: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Queued {
+    Ctrl { msg: Ctrl, payload: Option<(SendId, u64)>, done: Option<SendId> },
+    Put { send: SendId, dst: RemoteBuf, len: u64, msg: Ctrl },
+}
+
+/// State shared with one peer (both directions).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Peer {
+    // as receiver of this peer's messages
+    recvreq_sent: u64,
+    sendreq_seen: u64,
+    adv_recv: HMap<u64, RecvId>,
+    // as sender to this peer
+    sendreq_sent: u64,
+    recvreq_seen: u64,
+    adv: AdvTable,
+    crossing: Crossing,
+    waiting: HMap<u64, SendId>,
+    // flow control
+    credits: u32,
+    owed: u32,
+    outbox: VecDeque<Queued>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum StageOwner {
+    Unexpected(u64),
+    Probed(MsgId),
+    Recv(RecvId),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Xfer {
+    from: Rank,
+    i: u64,
+    /// Who gets the data once read.
+    owner: StageOwner,
+    /// Read into a staging buffer (else straight into the receive `owner`).
+    staged: bool,
+}
+
+/// One rank's protocol engine. See the crate docs for the protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Engine {
+    cfg: Config,
+    me: Rank,
+    size: u32,
+    peers: Vec<Peer>,
+    posted: Posted,
+    unexpected: Unexpected,
+    probed: HMap<MsgId, UEntry>,
+    recvs: HMap<RecvId, RecvState>,
+    sends: HMap<SendId, SendState>,
+    /// Per context: pending receives that block advertising (ANY_SOURCE, or not
+    /// advertisable), and the receives held back behind them, in posting order.
+    blockers: HMap<Ctx, u32>,
+    held: HMap<Ctx, VecDeque<RecvId>>,
+    xfers: HMap<XferId, Xfer>,
+    next_id: u64,
+    bsend: Option<(u64, u64)>,
+    out: VecDeque<Output>,
+    stats: Stats,
+}
+
+impl Engine {
+    /// A new engine for rank `me` of a job of `size` ranks.
+    pub fn new(me: Rank, size: u32, cfg: Config) -> Engine {
+        assert!(me < size, "rank {me} outside a job of {size}");
+        assert!(
+            cfg.credits >= 1 && (1..=cfg.credits).contains(&cfg.low_water),
+            "need credits >= 1 and 1 <= low_water <= credits"
+        );
+        let peer = Peer { credits: cfg.credits, ..Peer::default() };
+        Engine {
+            cfg,
+            me,
+            size,
+            peers: vec![peer; size as usize],
+            posted: Posted::default(),
+            unexpected: Unexpected::default(),
+            probed: HMap::default(),
+            recvs: HMap::default(),
+            sends: HMap::default(),
+            blockers: HMap::default(),
+            held: HMap::default(),
+            xfers: HMap::default(),
+            next_id: 1,
+            bsend: None,
+            out: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The next output for the driver.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// True when nothing is pending: no request, no queued message, no transfer.
+    pub fn is_idle(&self) -> bool {
+        self.recvs.is_empty()
+            && self.sends.is_empty()
+            && self.xfers.is_empty()
+            && self.out.is_empty()
+            && self.peers.iter().all(|p| p.outbox.is_empty())
+    }
+
+    /// Number of receives in the posted queue and of unexpected messages.
+    pub fn queue_lengths(&self) -> (usize, usize) {
+        (self.posted.len(), self.unexpected.len())
+    }
+
+    /// Number of live receives advertised to us by `peer` (sender-side memory).
+    pub fn advertised_by(&self, peer: Rank) -> usize {
+        self.peers.get(peer as usize).map_or(0, |p| p.adv.live_count())
+    }
+
+    fn id(&mut self) -> u64 {
+        let v = self.next_id;
+        self.next_id += 1;
+        v
+    }
+
+    fn check_rank(&self, r: Rank) -> Result<(), CallError> {
+        if r < self.size {
+            Ok(())
+        } else {
+            Err(CallError::InvalidRank { rank: r, size: self.size })
+        }
+    }
+
+    fn check_tag(t: Tag) -> Result<(), CallError> {
+        if t >= 0 {
+            Ok(())
+        } else {
+            Err(CallError::InvalidTag(t))
+        }
+    }
+
+    // ------------------------------------------------------------------ output
+
+    /// Queues a control message (and the action carrying it) towards `to`, subject to
+    /// credits. Credit messages bypass the queue.
+    fn emit(&mut self, to: Rank, q: Queued) {
+        let p = &mut self.peers[to as usize];
+        if p.credits == 0 || !p.outbox.is_empty() {
+            if p.outbox.is_empty() {
+                self.stats.credit_stalls += 1;
+            }
+            p.outbox.push_back(q);
+            return;
+        }
+        self.transmit(to, q);
+    }
+
+    fn transmit(&mut self, to: Rank, q: Queued) {
+        let p = &mut self.peers[to as usize];
+        p.credits -= 1;
+        let credit = std::mem::take(&mut p.owed);
+        match q {
+            Queued::Ctrl { msg, payload, done } => {
+                let header = wire::encode(&Frame { credit, msg });
+                self.out.push_back(Output::Transmit { to, header, payload });
+                if let Some(s) = done {
+                    let st = self.sends.get_mut(&s).expect("queued send");
+                    st.emitted = true;
+                    if !st.needs_reply && !st.cancelling {
+                        self.finish_send(s, SendOutcome::Sent);
+                    }
+                }
+            }
+            Queued::Put { send, dst, len, msg } => {
+                let header = wire::encode(&Frame { credit, msg });
+                self.out.push_back(Output::Put { to, send, dst, len, header });
+                self.finish_send(send, SendOutcome::Sent);
+            }
+        }
+    }
+
+    fn flush(&mut self, to: Rank) {
+        while self.peers[to as usize].credits > 0 {
+            let Some(q) = self.peers[to as usize].outbox.pop_front() else { break };
+            self.transmit(to, q);
+        }
+    }
+
+    fn ctrl(&mut self, to: Rank, msg: Ctrl) {
+        self.emit(to, Queued::Ctrl { msg, payload: None, done: None });
+    }
+
+    /// Counts a consumed message from `from`; returns credits explicitly when many are
+    /// owed and the queue towards `from` will not carry them soon.
+    fn consumed(&mut self, from: Rank) {
+        let lw = self.cfg.low_water;
+        let p = &mut self.peers[from as usize];
+        p.owed += 1;
+        if p.owed >= lw {
+            let credit = std::mem::take(&mut p.owed);
+            let header = wire::encode(&Frame { credit, msg: Ctrl::Credit { m: p.sendreq_seen } });
+            self.out.push_back(Output::Transmit { to: from, header, payload: None });
+        }
+    }
+
+    fn finish_send(&mut self, s: SendId, outcome: SendOutcome) {
+        let Some(st) = self.sends.remove(&s) else { return };
+        if let Some(i) = st.i {
+            self.peers[st.dest as usize].waiting.remove(&i);
+        }
+        if st.user {
+            self.out.push_back(Output::SendDone { send: s, outcome });
+        } else {
+            if let Some((_, used)) = &mut self.bsend {
+                *used -= st.len;
+            }
+            self.out.push_back(Output::BufferFree { send: s });
+        }
+    }
+
+    fn finish_recv(&mut self, r: RecvId, outcome: RecvOutcome) {
+        self.recvs.remove(&r);
+        self.out.push_back(Output::RecvDone { recv: r, outcome });
+    }
+
+    // ---------------------------------------------------------------- receives
+
+    /// Posts a receive (`MPI_Irecv`). Matches the unexpected queue first (rule 1); if
+    /// nothing matches, queues it and advertises it to its source unless an ANY_SOURCE
+    /// or non-contiguous receive is pending in the context (rules 2, 6).
+    pub fn post_recv(&mut self, spec: RecvSpec) -> Result<RecvId, CallError> {
+        if let Source::Rank(r) = spec.source {
+            self.check_rank(r)?;
+        }
+        if let TagSel::Tag(t) = spec.tag {
+            Self::check_tag(t)?;
+        }
+        let id = RecvId(self.id());
+        let st = RecvState {
+            source: spec.source,
+            tag: spec.tag,
+            ctx: spec.ctx,
+            cap: spec.capacity,
+            buf: spec.buf.map(|b| RemoteBuf { len: b.len.min(spec.capacity), ..b }),
+            stage: RStage::Posted { adv: None, cancelling: false },
+        };
+        self.recvs.insert(id, st);
+        if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
+            let e = self.unexpected.take(seq).expect("found");
+            self.deliver_unexpected(id, e, Some(seq));
+            return Ok(id);
+        }
+        self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
+        let advertisable = self.cfg.matching == MatchingMode::Both
+            && st.buf.is_some()
+            && matches!(spec.source, Source::Rank(_));
+        if !advertisable {
+            *self.blockers.entry(spec.ctx).or_default() += 1;
+        } else if self.blockers.get(&spec.ctx).copied().unwrap_or(0) == 0
+            || self.cfg.mutation == Mutation::NoHold
+        {
+            self.advertise(id);
+        } else {
+            self.held.entry(spec.ctx).or_default().push_back(id);
+        }
+        Ok(id)
+    }
+
+    fn advertise(&mut self, id: RecvId) {
+        let st = self.recvs[&id];
+        let Source::Rank(peer) = st.source else { unreachable!("only specific sources") };
+        let p = &mut self.peers[peer as usize];
+        p.recvreq_sent += 1;
+        let k = p.recvreq_sent;
+        p.adv_recv.insert(k, id);
+        let m = p.sendreq_seen;
+        self.recvs.get_mut(&id).unwrap().stage = RStage::Posted { adv: Some(k), cancelling: false };
+        self.stats.advertised += 1;
+        let buf = st.buf.expect("advertisable");
+        self.ctrl(peer, Ctrl::RecvReq { ctx: st.ctx, tag: st.tag, buf, m });
+    }
+
+    /// A receive that blocked advertising left the posted queue: once none is left in
+    /// its context, advertise the held receives in posting order (rule 6).
+    fn unblock(&mut self, ctx: Ctx) {
+        let n = self.blockers.get_mut(&ctx).expect("blocker count");
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        self.blockers.remove(&ctx);
+        let held = self.held.remove(&ctx).unwrap_or_default();
+        for id in held {
+            if self.posted.contains(id.0) {
+                self.advertise(id);
+            }
+        }
+    }
+
+    fn is_blocker(&self, st: &RecvState) -> bool {
+        !(self.cfg.matching == MatchingMode::Both
+            && st.buf.is_some()
+            && matches!(st.source, Source::Rank(_)))
+    }
+
+    /// Removes a matched receive from the posted queue and its advertisement.
+    fn unpost(&mut self, id: RecvId) -> RecvState {
+        let st = self.recvs[&id];
+        self.posted.remove(id.0);
+        if let RStage::Posted { adv: Some(k), .. } = st.stage {
+            let Source::Rank(p) = st.source else { unreachable!() };
+            self.peers[p as usize].adv_recv.remove(&k);
+        }
+        st
+    }
+
+    fn outcome(st: &RecvState, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {
+        let len = msg_len.min(st.cap);
+        let truncated_from = (msg_len > st.cap).then_some(msg_len);
+        (len, RecvOutcome::Received { source, tag, len, truncated_from })
+    }
+
+    /// Completes receive `id` (already out of the posted queue) with an unexpected
+    /// message.
+    fn deliver_unexpected(&mut self, id: RecvId, e: UEntry, _seq: Option<u64>) {
+        let st = self.recvs[&id];
+        let (len, outcome) = Self::outcome(&st, e.src, e.tag, e.len);
+        if e.flags.sync && matches!(e.data, UData::Eager(_)) {
+            self.ctrl(e.src, Ctrl::Ack { i: e.i });
+        }
+        match e.data {
+            UData::Eager(mut d) | UData::Staged(mut d) => {
+                d.truncate(len as usize);
+                self.out.push_back(Output::CopyIn { recv: id, data: d });
+                self.finish_recv(id, outcome);
+            }
+            UData::Rndv(src) => {
+                self.start_get(id, e.src, e.i, src, len, outcome);
+            }
+            UData::Staging(x) => {
+                self.xfers.get_mut(&x).expect("staging xfer").owner = StageOwner::Recv(id);
+                self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching { outcome };
+            }
+        }
+    }
+
+    fn start_get(&mut self, id: RecvId, from: Rank, i: u64, src: RemoteBuf, len: u64, o: RecvOutcome) {
+        let xfer = XferId(self.id());
+        self.xfers.insert(xfer, Xfer { from, i, owner: StageOwner::Recv(id), staged: false });
+        self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching { outcome: o };
+        self.out.push_back(Output::Get { xfer, from, src, len, into: GetInto::Recv(id) });
+    }
+
+    /// Cancels a receive (`MPI_Cancel`). A receive still local is cancelled at once; an
+    /// advertised one is retracted at its sender first, and completes either as
+    /// cancelled or with the message that was already on its way — never both.
+    pub fn cancel_recv(&mut self, id: RecvId) -> Result<(), CallError> {
+        let st = *self.recvs.get(&id).ok_or(CallError::UnknownRequest)?;
+        match st.stage {
+            RStage::Fetching { .. } | RStage::Posted { cancelling: true, .. } => Ok(()),
+            RStage::Posted { adv: Some(k), cancelling: false } => {
+                self.recvs.get_mut(&id).unwrap().stage =
+                    RStage::Posted { adv: Some(k), cancelling: true };
+                let Source::Rank(p) = st.source else { unreachable!() };
+                self.ctrl(p, Ctrl::Retract { k });
+                Ok(())
+            }
+            RStage::Posted { adv: None, .. } => {
+                self.posted.remove(id.0);
+                self.finish_recv(id, RecvOutcome::Cancelled);
+                if self.is_blocker(&st) {
+                    self.unblock(st.ctx);
+                } else if let Some(h) = self.held.get_mut(&st.ctx) {
+                    h.retain(|x| *x != id);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `MPI_Iprobe`: the envelope of the earliest unexpected message matching.
+    pub fn probe(&self, source: Source, tag: TagSel, ctx: Ctx) -> Option<Envelope> {
+        let seq = self.unexpected.find(ctx, source, tag)?;
+        let e = self.unexpected.peek(seq)?;
+        Some(Envelope { source: e.src, tag: e.tag, ctx: e.ctx, len: e.len })
+    }
+
+    /// `MPI_Improbe`: takes the earliest matching unexpected message out of the queue,
+    /// so that only [`Engine::mrecv`] can receive it.
+    pub fn mprobe(&mut self, source: Source, tag: TagSel, ctx: Ctx) -> Option<(MsgId, Envelope)> {
+        let seq = self.unexpected.find(ctx, source, tag)?;
+        let e = self.unexpected.take(seq)?;
+        let env = Envelope { source: e.src, tag: e.tag, ctx: e.ctx, len: e.len };
+        let id = MsgId(self.id());
+        if let UData::Staging(x) = e.data {
+            self.xfers.get_mut(&x).unwrap().owner = StageOwner::Probed(id);
+        }
+        self.probed.insert(id, e);
+        Some((id, env))
+    }
+
+    /// `MPI_Imrecv`: receives a message taken by [`Engine::mprobe`].
+    pub fn mrecv(&mut self, msg: MsgId, capacity: u64) -> Result<RecvId, CallError> {
+        let e = self.probed.remove(&msg).ok_or(CallError::UnknownRequest)?;
+        let id = RecvId(self.id());
+        let st = RecvState {
+            source: Source::Rank(e.src),
+            tag: TagSel::Tag(e.tag),
+            ctx: e.ctx,
+            cap: capacity,
+            buf: None,
+            stage: RStage::Posted { adv: None, cancelling: false },
+        };
+        self.recvs.insert(id, st);
+        self.deliver_unexpected(id, e, None);
+        Ok(id)
+    }
+
+    // ------------------------------------------------------------------- sends
+
+    /// Attaches a buffer of `size` bytes for buffered sends (`MPI_Buffer_attach`).
+    pub fn attach_buffer(&mut self, size: u64) -> Result<(), CallError> {
+        if self.bsend.is_some() {
+            return Err(CallError::BufferAlreadyAttached);
+        }
+        self.bsend = Some((size, 0));
+        Ok(())
+    }
+
+    /// Detaches the buffer; returns its size, or `None` while buffered sends are still
+    /// in flight (the driver keeps progressing and asks again).
+    pub fn detach_buffer(&mut self) -> Result<Option<u64>, CallError> {
+        match self.bsend {
+            None => Err(CallError::NoBufferAttached),
+            Some((size, 0)) => {
+                self.bsend = None;
+                Ok(Some(size))
+            }
+            Some(_) => Ok(None),
+        }
+    }
+
+    /// Starts a send (`MPI_Isend` and its modes). With an advertised receive matching
+    /// (rules 2, 3) the payload is written straight into it; otherwise a send request
+    /// goes to the receiver (rule 4).
+    pub fn start_send(&mut self, spec: SendSpec) -> Result<SendId, CallError> {
+        self.check_rank(spec.dest)?;
+        Self::check_tag(spec.tag)?;
+        let id = SendId(self.id());
+        let mut user = true;
+        if spec.mode == SendMode::Buffered {
+            let (size, used) = self.bsend.as_mut().ok_or(CallError::NoBufferAttached)?;
+            let free = *size - *used;
+            if spec.len > free {
+                return Err(CallError::Buffer(SendError::BufferTooSmall { needed: spec.len, free }));
+            }
+            *used += spec.len;
+            user = false;
+        }
+        let mut st = SendState {
+            dest: spec.dest,
+            len: spec.len,
+            i: None,
+            needs_reply: false,
+            emitted: false,
+            cancelling: false,
+            user,
+        };
+        if !user {
+            self.out.push_back(Output::SendDone { send: id, outcome: SendOutcome::Sent });
+        }
+        let to = spec.dest;
+        let p = &mut self.peers[to as usize];
+        if let Some((k, adv)) = p.adv.take_match(spec.ctx, spec.tag) {
+            self.stats.direct_writes += 1;
+            self.sends.insert(id, st);
+            let len = spec.len.min(adv.buf.len);
+            let msg = Ctrl::Written { k, tag: spec.tag, len, msg_len: spec.len };
+            self.emit(to, Queued::Put { send: id, dst: adv.buf, len, msg });
+            return Ok(id);
+        }
+        p.sendreq_sent += 1;
+        let i = p.sendreq_sent;
+        p.crossing.push(i, spec.ctx, spec.tag);
+        p.waiting.insert(i, id);
+        let flags = SendFlags {
+            sync: spec.mode == SendMode::Synchronous,
+            ready: spec.mode == SendMode::Ready,
+        };
+        let eager = self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit;
+        let body = if eager {
+            self.stats.eager_sends += 1;
+            Body::Eager
+        } else if self.cfg.protocol == RecvProtocol::Get && !flags.sync && !flags.ready {
+            self.stats.rndv_sends += 1;
+            Body::GetNow(spec.buf)
+        } else {
+            self.stats.rndv_sends += 1;
+            Body::Rndv(spec.buf)
+        };
+        st.i = Some(i);
+        st.needs_reply = !eager || flags.sync || flags.ready;
+        self.sends.insert(id, st);
+        let msg = Ctrl::SendReq { ctx: spec.ctx, tag: spec.tag, len: spec.len, flags, body };
+        let payload = eager.then_some((id, spec.len));
+        self.emit(to, Queued::Ctrl { msg, payload, done: Some(id) });
+        Ok(id)
+    }
+
+    /// Cancels a send (`MPI_Cancel`). A send that already matched, or whose buffer was
+    /// already released, cannot be cancelled; otherwise the receiver is asked to drop
+    /// it from its unexpected queue, and the send completes as cancelled or as sent.
+    pub fn cancel_send(&mut self, id: SendId) -> Result<(), CallError> {
+        let st = self.sends.get_mut(&id).ok_or(CallError::UnknownRequest)?;
+        // a direct write is already matched; a second cancel is a no-op
+        if let (Some(i), false, true) = (st.i, st.cancelling, st.user) {
+            st.cancelling = true;
+            let to = st.dest;
+            self.ctrl(to, Ctrl::CancelSend { i });
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ incoming
+
+    /// Processes one incoming control message (`bytes` = header + payload) from `from`.
+    /// If it carries a payload for a posted receive, returns where to copy it from;
+    /// the driver copies it before releasing the message and before draining outputs.
+    pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
+        if from >= self.size {
+            return Err(ProtocolError::Violation { from, what: "unknown rank".into() });
+        }
+        let (frame, hl) = wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
+        let violation = |what: &str| ProtocolError::Violation { from, what: what.to_string() };
+        {
+            let p = &mut self.peers[from as usize];
+            p.credits = p
+                .credits
+                .checked_add(frame.credit)
+                .filter(|c| *c <= self.cfg.credits)
+                .ok_or_else(|| violation("returned more credits than it was given"))?;
+        }
+        if frame.msg.consumes_credit() {
+            self.consumed(from);
+        }
+        let mut deliver = None;
+        match frame.msg {
+            Ctrl::Credit { m } => self.peers[from as usize].crossing.seen(m),
+            Ctrl::RecvReq { ctx, tag, buf, m } => {
+                if let TagSel::Tag(t) = tag {
+                    if t < 0 {
+                        return Err(violation("negative tag"));
+                    }
+                }
+                let replay = self.cfg.mutation != Mutation::RecvReqWins;
+                let p = &mut self.peers[from as usize];
+                p.recvreq_seen += 1;
+                let k = p.recvreq_seen;
+                let mut live = true;
+                if replay {
+                    if p.crossing.replay(m, ctx, tag).is_some() {
+                        live = false;
+                        self.stats.crossed += 1;
+                    }
+                } else {
+                    p.crossing.seen(m);
+                }
+                p.adv.push(k, Adv { ctx, tag, buf, live });
+            }
+            Ctrl::SendReq { ctx, tag, len, flags, body } => {
+                let count_first = self.cfg.mutation != Mutation::CountAfterRelease;
+                if count_first {
+                    self.peers[from as usize].sendreq_seen += 1;
+                }
+                let i = self.peers[from as usize].sendreq_seen + u64::from(!count_first);
+                let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
+                if let Some(r) = hit {
+                    let st = self.unpost(r);
+                    let (dlen, outcome) = Self::outcome(&st, from, tag, len);
+                    if (flags.sync || flags.ready) && body == Body::Eager {
+                        self.ctrl(from, Ctrl::Ack { i });
+                    }
+                    match body {
+                        Body::Eager => {
+                            deliver = Some(Deliver { recv: r, range: hl..hl + dlen as usize });
+                            self.finish_recv(r, outcome);
+                        }
+                        Body::Rndv(src) | Body::GetNow(src) => {
+                            self.start_get(r, from, i, src, dlen, outcome);
+                        }
+                    }
+                    if self.is_blocker(&st) {
+                        self.unblock(st.ctx);
+                    }
+                } else if flags.ready {
+                    self.ctrl(from, Ctrl::Nack { i });
+                } else {
+                    let data = match body {
+                        Body::Eager => UData::Eager(bytes[hl..].to_vec()),
+                        Body::Rndv(src) => UData::Rndv(src),
+                        Body::GetNow(src) => {
+                            let xfer = XferId(self.id());
+                            self.out.push_back(Output::Get {
+                                xfer,
+                                from,
+                                src,
+                                len,
+                                into: GetInto::Staging,
+                            });
+                            UData::Staging(xfer)
+                        }
+                    };
+                    let staging = if let UData::Staging(x) = data { Some(x) } else { None };
+                    let seq = self.unexpected.push(UEntry { src: from, ctx, tag, i, len, flags, data });
+                    if let Some(x) = staging {
+                        let owner = StageOwner::Unexpected(seq);
+                        self.xfers.insert(x, Xfer { from, i, owner, staged: true });
+                    }
+                }
+                if !count_first {
+                    self.peers[from as usize].sendreq_seen += 1;
+                }
+            }
+            Ctrl::Written { k, tag, len, msg_len } => {
+                let r = self.peers[from as usize]
+                    .adv_recv
+                    .get(&k)
+                    .copied()
+                    .ok_or_else(|| violation("direct write into a receive that is not pending"))?;
+                let st = self.unpost(r);
+                if len > st.cap || len != msg_len.min(st.cap) {
+                    return Err(violation("direct write longer than the advertised buffer"));
+                }
+                let truncated_from = (msg_len > len).then_some(msg_len);
+                self.finish_recv(r, RecvOutcome::Received { source: from, tag, len, truncated_from });
+            }
+            Ctrl::Ack { i } | Ctrl::Fin { i } => {
+                let s = self.peers[from as usize]
+                    .waiting
+                    .remove(&i)
+                    .ok_or_else(|| violation("acknowledged an unknown send"))?;
+                self.finish_send(s, SendOutcome::Sent);
+            }
+            Ctrl::Nack { i } => {
+                let s = self.peers[from as usize]
+                    .waiting
+                    .remove(&i)
+                    .ok_or_else(|| violation("rejected an unknown send"))?;
+                self.finish_send(s, SendOutcome::Failed(SendError::NoReceivePosted));
+            }
+            Ctrl::Retract { k } => {
+                let ok = self.peers[from as usize].adv.kill(k).is_some();
+                self.ctrl(from, Ctrl::RetractAck { k, ok });
+            }
+            Ctrl::RetractAck { k, ok } => {
+                let pending = self.peers[from as usize].adv_recv.get(&k).copied();
+                match (ok, pending) {
+                    (true, Some(r)) => {
+                        let st = self.unpost(r);
+                        if !matches!(st.stage, RStage::Posted { cancelling: true, .. }) {
+                            return Err(violation("retracted a receive that was not cancelled"));
+                        }
+                        self.finish_recv(r, RecvOutcome::Cancelled);
+                    }
+                    (false, None) => {}
+                    (true, None) => return Err(violation("retracted a completed receive")),
+                    (false, Some(_)) => {
+                        return Err(violation("refused a retract but sent nothing for it"))
+                    }
+                }
+            }
+            Ctrl::CancelSend { i } => {
+                let seq = self.unexpected.find_send(from, i);
+                let ok = match seq {
+                    Some(seq) if !matches!(self.unexpected.peek(seq).unwrap().data, UData::Staging(_)) => {
+                        self.unexpected.take(seq);
+                        true
+                    }
+                    _ => false,
+                };
+                self.ctrl(from, Ctrl::CancelAck { i, ok });
+            }
+            Ctrl::CancelAck { i, ok } => {
+                let s = self.peers[from as usize].waiting.get(&i).copied();
+                match (ok, s) {
+                    (true, Some(s)) => self.finish_send(s, SendOutcome::Cancelled),
+                    (true, None) => return Err(violation("cancelled an unknown send")),
+                    (false, Some(s)) => {
+                        let st = self.sends.get_mut(&s).expect("waiting send");
+                        st.cancelling = false;
+                        if !st.needs_reply && st.emitted {
+                            self.finish_send(s, SendOutcome::Sent);
+                        }
+                    }
+                    (false, None) => {}
+                }
+            }
+        }
+        self.flush(from);
+        Ok(deliver)
+    }
+
+    /// A one-sided read of [`Output::Get`] finished. For a staging read, `staged` is the
+    /// buffer that was read into.
+    pub fn get_done(&mut self, xfer: XferId, staged: Option<Vec<u8>>) -> Result<(), CallError> {
+        let x = self.xfers.remove(&xfer).ok_or(CallError::UnknownRequest)?;
+        self.ctrl(x.from, Ctrl::Fin { i: x.i });
+        let data = staged.unwrap_or_default();
+        match x.owner {
+            StageOwner::Unexpected(seq) => {
+                if let Some(e) = self.unexpected.get_mut(seq) {
+                    e.data = UData::Staged(data);
+                }
+            }
+            StageOwner::Probed(m) => {
+                if let Some(e) = self.probed.get_mut(&m) {
+                    e.data = UData::Staged(data);
+                }
+            }
+            StageOwner::Recv(r) => {
+                let RStage::Fetching { outcome } = self.recvs[&r].stage else {
+                    unreachable!("a read completes a fetching receive")
+                };
+                if x.staged {
+                    let mut d = data;
+                    if let RecvOutcome::Received { len, .. } = outcome {
+                        d.truncate(len as usize);
+                    }
+                    self.out.push_back(Output::CopyIn { recv: r, data: d });
+                }
+                self.finish_recv(r, outcome);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,276 @@
+//! Identifiers, envelopes, settings and errors shared by the engine and the wire format.
+
+use std::fmt;
+
+/// A rank in the job (`MPI_COMM_WORLD` numbering).
+pub type Rank = u32;
+/// A communicator's context id: traffic in one context never matches receives in another.
+pub type Ctx = u32;
+/// An MPI tag. Valid user tags are `0 ..= TAG_UB`.
+pub type Tag = i32;
+
+/// Largest tag a user may send with (`MPI_TAG_UB`).
+pub const TAG_UB: Tag = i32::MAX;
+
+/// Memory of a peer exposed for one-sided access (same shape as the transport's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RemoteBuf {
+    /// Address in the exposing process.
+    pub addr: u64,
+    /// Length in bytes; nothing outside `addr .. addr + len` may be touched.
+    pub len: u64,
+    /// Transport key (RDMA rkey; 0 for shared memory).
+    pub key: u64,
+}
+
+/// Source selector of a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// A specific rank.
+    Rank(Rank),
+    /// `MPI_ANY_SOURCE`.
+    Any,
+}
+
+impl Source {
+    pub(crate) fn matches(self, r: Rank) -> bool {
+        match self {
+            Source::Any => true,
+            Source::Rank(s) => s == r,
+        }
+    }
+}
+
+/// Tag selector of a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TagSel {
+    /// A specific tag.
+    Tag(Tag),
+    /// `MPI_ANY_TAG`.
+    Any,
+}
+
+impl TagSel {
+    pub(crate) fn matches(self, t: Tag) -> bool {
+        match self {
+            TagSel::Any => true,
+            TagSel::Tag(x) => x == t,
+        }
+    }
+}
+
+/// Identifies a receive request of this engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecvId(pub u64);
+
+/// Identifies a send request of this engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SendId(pub u64);
+
+/// A message taken off the unexpected queue by a matched probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MsgId(pub u64);
+
+/// A one-sided read the driver performs for the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XferId(pub u64);
+
+/// What a probe reports about a message: MPI's status fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Envelope {
+    pub source: Rank,
+    pub tag: Tag,
+    pub ctx: Ctx,
+    /// Length of the message in bytes.
+    pub len: u64,
+}
+
+/// MPI send modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SendMode {
+    /// `MPI_Send`: eager below the limit, rendezvous above; completes when the buffer
+    /// may be reused.
+    #[default]
+    Standard,
+    /// `MPI_Ssend`: completes only once a receive has matched the message.
+    Synchronous,
+    /// `MPI_Rsend`: the receive must already be posted; if it is not, the send
+    /// completes with [`SendError::NoReceivePosted`] and the message is discarded.
+    Ready,
+    /// `MPI_Bsend`: the data is copied into the attached buffer and the send completes
+    /// at once; fails with [`SendError::BufferTooSmall`] when the buffer lacks room.
+    Buffered,
+}
+
+/// Which side matches sends with receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MatchingMode {
+    /// Receivers advertise receives to senders; senders write directly when they find
+    /// a match (the rsmpi protocol).
+    #[default]
+    Both,
+    /// Classic MPI: only the receiver matches.
+    Receiver,
+}
+
+/// How a send travels when the sender found no advertised receive (the paper's
+/// receiver-side protocols).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum RecvProtocol {
+    /// Payload inside the send request up to the eager limit; rendezvous (the
+    /// receiver reads with a one-sided get once matched) above it. The paper's
+    /// "buffer" protocol for small messages.
+    #[default]
+    Eager,
+    /// The send request carries no payload; the receiver reads the payload at once,
+    /// into the matched receive or, if none, into a staging buffer, so the sender
+    /// completes early.
+    Get,
+    /// The send request carries no payload; the receiver reads it only once a receive
+    /// matched (pure rendezvous, zero copy; the send is effectively synchronous).
+    Sync,
+}
+
+/// Deliberately broken protocol rules, for showing that the model checker has teeth.
+/// Never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Mutation {
+    #[default]
+    None,
+    /// Rule 5 broken: a crossing receive request always stays live at the sender.
+    RecvReqWins,
+    /// Rule 6 broken: receives are advertised even while an ANY_SOURCE receive is
+    /// pending.
+    NoHold,
+    /// Rule 6 ordering detail broken: a send request is counted in `m` only after the
+    /// receives its match released were advertised.
+    CountAfterRelease,
+}
+
+/// Run-time settings of an engine. Every rank of a job must use the same values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    pub matching: MatchingMode,
+    pub protocol: RecvProtocol,
+    /// Largest payload carried inside a send request (`RecvProtocol::Eager`).
+    pub eager_limit: u64,
+    /// Control messages one rank may have outstanding towards one peer. The
+    /// transport's ring must hold `credits + credits / low_water + 2` messages.
+    pub credits: u32,
+    /// A receiver returns credits in an explicit message once this many are owed.
+    pub low_water: u32,
+    #[doc(hidden)]
+    pub mutation: Mutation,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            matching: MatchingMode::Both,
+            protocol: RecvProtocol::Eager,
+            eager_limit: 8192,
+            credits: 32,
+            low_water: 16,
+            mutation: Mutation::None,
+        }
+    }
+}
+
+impl Config {
+    /// Ring capacity (messages per ordered pair) a transport needs for these settings.
+    pub fn ring_slots_needed(&self) -> u32 {
+        self.credits + self.credits / self.low_water.max(1) + 2
+    }
+}
+
+/// How a receive ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecvOutcome {
+    /// Matched a message; `len` bytes were placed in the buffer. If the message was
+    /// longer than the buffer, `truncated_from` holds its full length (MPI_ERR_TRUNCATE)
+    /// and nothing was written past the buffer.
+    Received { source: Rank, tag: Tag, len: u64, truncated_from: Option<u64> },
+    /// Cancelled before any message matched it.
+    Cancelled,
+}
+
+/// How a send ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SendOutcome {
+    /// The buffer may be reused (and, for synchronous sends, a receive matched).
+    Sent,
+    /// Cancelled before any receive matched it.
+    Cancelled,
+    /// The send failed (ready mode without a posted receive).
+    Failed(SendError),
+}
+
+/// Errors of a send that are reported on its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum SendError {
+    /// Ready-mode send with no matching receive posted at the destination.
+    #[error("ready-mode send found no matching receive posted at the destination")]
+    NoReceivePosted,
+    /// Buffered send larger than the free space of the attached buffer.
+    #[error("buffered send needs {needed} bytes but the attached buffer has {free} free")]
+    BufferTooSmall { needed: u64, free: u64 },
+}
+
+/// Errors of an API call into the engine (bad input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("rank {rank} is out of range for a job of {size} ranks")]
+    InvalidRank { rank: Rank, size: u32 },
+    #[error("tag {0} is invalid (valid tags are 0..={TAG_UB})")]
+    InvalidTag(Tag),
+    #[error("unknown or already completed request")]
+    UnknownRequest,
+    #[error("{0}")]
+    Buffer(SendError),
+    #[error("no buffer is attached for buffered sends")]
+    NoBufferAttached,
+    #[error("a buffer is already attached")]
+    BufferAlreadyAttached,
+}
+
+/// A peer sent something the protocol does not allow; the job should be aborted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("malformed control message from rank {from}: {err}")]
+    Malformed { from: Rank, err: crate::wire::WireError },
+    #[error("rank {from} violated the protocol: {what}")]
+    Violation { from: Rank, what: String },
+}
+
+/// Counters of which path messages took, for tests and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stats {
+    /// Sends written straight into an advertised receive buffer.
+    pub direct_writes: u64,
+    /// Sends that went as a send request with the payload inline.
+    pub eager_sends: u64,
+    /// Sends that went as a rendezvous send request (receiver reads).
+    pub rndv_sends: u64,
+    /// Receive requests advertised to senders.
+    pub advertised: u64,
+    /// Advertised receives consumed at the sender by the crossing rule.
+    pub crossed: u64,
+    /// Control messages queued because the peer had no credits.
+    pub credit_stalls: u64,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "direct={} eager={} rndv={} advertised={} crossed={} credit_stalls={}",
+            self.direct_writes,
+            self.eager_sends,
+            self.rndv_sends,
+            self.advertised,
+            self.crossed,
+            self.credit_stalls
+        )
+    }
+}

@@ -1,0 +1,413 @@
+//! The wire format of control messages.
+//!
+//! Every control message is a header, optionally followed by an eager payload:
+//!
+//! ```text
+//! byte 0     version (currently 1)
+//! byte 1     kind (see `Kind`)
+//! varint     credits returned to the receiver of this message
+//! ...        kind-specific fields, unsigned LEB128 varints
+//! [payload]  SendReq with an eager body only: exactly `len` bytes
+//! ```
+//!
+//! Sequence numbers are implicit: the k-th `RecvReq` a rank sends to a peer is receive
+//! request k, the i-th `SendReq` is send request i (the channels are FIFO), so only
+//! replies name them. A header is at most [`MAX_HEADER`] bytes.
+//!
+//! [`decode`] never panics: truncated, over-long or out-of-range input is an error.
+//!
+//! ```
+//! use matching::wire::{decode, encode, Ctrl, Frame};
+//! let f = Frame { credit: 3, msg: Ctrl::Ack { i: 41 } };
+//! let hdr = encode(&f);
+//! let (back, used) = decode(hdr.as_bytes()).unwrap();
+//! assert_eq!((back, used), (f, hdr.as_bytes().len()));
+//! assert!(decode(&hdr.as_bytes()[..2]).is_err());
+//! ```
+
+use crate::types::{Ctx, RemoteBuf, Tag, TagSel};
+
+/// Version byte of this format.
+pub const VERSION: u8 = 1;
+/// Upper bound of an encoded header.
+pub const MAX_HEADER: usize = 64;
+
+/// Flags of a send request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags {
+    /// The sender waits for an `Ack` once a receive matched (synchronous mode).
+    pub sync: bool,
+    /// Ready mode: no matching posted receive is an error (`Nack`), not an unexpected
+    /// message.
+    pub ready: bool,
+}
+
+/// How the payload of a send request travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Body {
+    /// The payload follows the header.
+    Eager,
+    /// Rendezvous: the receiver reads `buf` once a receive matched, then sends `Fin`.
+    Rndv(RemoteBuf),
+    /// Get protocol: the receiver reads `buf` at once (into a staging buffer if no
+    /// receive matched), then sends `Fin`.
+    GetNow(RemoteBuf),
+}
+
+/// A control message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ctrl {
+    /// Receive request (R→S): "my next receive from you matches (ctx, tag); write it
+    /// into `buf`". `m` = send requests from you I had processed.
+    RecvReq { ctx: Ctx, tag: TagSel, buf: RemoteBuf, m: u64 },
+    /// Send request (S→R): receiver-side matching of one message of `len` bytes.
+    SendReq { ctx: Ctx, tag: Tag, len: u64, flags: SendFlags, body: Body },
+    /// Direct-write notice (S→R): the payload of a message for receive request `k` has
+    /// been written into its buffer (`len` bytes of a `msg_len`-byte message).
+    Written { k: u64, tag: Tag, len: u64, msg_len: u64 },
+    /// Send request `i` matched (synchronous or ready mode).
+    Ack { i: u64 },
+    /// Ready-mode send request `i` found no posted receive; it was discarded.
+    Nack { i: u64 },
+    /// The receiver finished reading send request `i`'s payload.
+    Fin { i: u64 },
+    /// The receiver cancels receive request `k`.
+    Retract { k: u64 },
+    /// Answer to `Retract`: `ok` = the entry was live and is gone; otherwise a message
+    /// was already written or sent for it.
+    RetractAck { k: u64, ok: bool },
+    /// The sender cancels send request `i`.
+    CancelSend { i: u64 },
+    /// Answer to `CancelSend`: `ok` = removed from the unexpected queue.
+    CancelAck { i: u64, ok: bool },
+    /// Explicit credit return (the amount is in the frame header); `m` = send requests
+    /// from the addressee processed so far, so it can forget older ones.
+    Credit { m: u64 },
+}
+
+/// A header: credits piggy-backed on a control message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub credit: u32,
+    pub msg: Ctrl,
+}
+
+impl Ctrl {
+    /// Explicit credit messages do not consume a credit themselves.
+    pub fn consumes_credit(&self) -> bool {
+        !matches!(self, Ctrl::Credit { .. })
+    }
+}
+
+/// Why a control message was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum WireError {
+    #[error("message truncated")]
+    Truncated,
+    #[error("unsupported wire version {0}")]
+    Version(u8),
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    #[error("varint too long or out of range")]
+    Varint,
+    #[error("field out of range")]
+    Range,
+    #[error("eager payload of {got} bytes does not match the announced {want}")]
+    PayloadLength { want: u64, got: u64 },
+    #[error("unexpected payload after a {0}-byte header")]
+    TrailingBytes(usize),
+}
+
+/// An encoded header, kept inline (no allocation on the hot path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Header {
+    buf: [u8; MAX_HEADER],
+    len: u8,
+}
+
+impl Header {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+    fn push(&mut self, b: u8) {
+        self.buf[self.len as usize] = b;
+        self.len += 1;
+    }
+    fn varint(&mut self, mut v: u64) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                self.push(b);
+                return;
+            }
+            self.push(b | 0x80);
+        }
+    }
+    fn rbuf(&mut self, b: &RemoteBuf) {
+        self.varint(b.addr);
+        self.varint(b.len);
+        self.varint(b.key);
+    }
+}
+
+mod kind {
+    pub const RECV_REQ: u8 = 1;
+    pub const SEND_EAGER: u8 = 2;
+    pub const SEND_RNDV: u8 = 3;
+    pub const SEND_GET: u8 = 4;
+    pub const WRITTEN: u8 = 5;
+    pub const ACK: u8 = 6;
+    pub const NACK: u8 = 7;
+    pub const FIN: u8 = 8;
+    pub const RETRACT: u8 = 9;
+    pub const RETRACT_ACK: u8 = 10;
+    pub const CANCEL_SEND: u8 = 11;
+    pub const CANCEL_ACK: u8 = 12;
+    pub const CREDIT: u8 = 13;
+}
+
+fn tagsel_code(t: TagSel) -> u64 {
+    match t {
+        TagSel::Any => 0,
+        TagSel::Tag(t) => t as u64 + 1,
+    }
+}
+
+/// Encodes a header. Tags must be non-negative (the engine validates them).
+pub fn encode(f: &Frame) -> Header {
+    let mut h = Header { buf: [0; MAX_HEADER], len: 0 };
+    h.push(VERSION);
+    let k = match f.msg {
+        Ctrl::RecvReq { .. } => kind::RECV_REQ,
+        Ctrl::SendReq { body: Body::Eager, .. } => kind::SEND_EAGER,
+        Ctrl::SendReq { body: Body::Rndv(_), .. } => kind::SEND_RNDV,
+        Ctrl::SendReq { body: Body::GetNow(_), .. } => kind::SEND_GET,
+        Ctrl::Written { .. } => kind::WRITTEN,
+        Ctrl::Ack { .. } => kind::ACK,
+        Ctrl::Nack { .. } => kind::NACK,
+        Ctrl::Fin { .. } => kind::FIN,
+        Ctrl::Retract { .. } => kind::RETRACT,
+        Ctrl::RetractAck { .. } => kind::RETRACT_ACK,
+        Ctrl::CancelSend { .. } => kind::CANCEL_SEND,
+        Ctrl::CancelAck { .. } => kind::CANCEL_ACK,
+        Ctrl::Credit { .. } => kind::CREDIT,
+    };
+    h.push(k);
+    h.varint(f.credit as u64);
+    match f.msg {
+        Ctrl::RecvReq { ctx, tag, buf, m } => {
+            h.varint(ctx as u64);
+            h.varint(tagsel_code(tag));
+            h.rbuf(&buf);
+            h.varint(m);
+        }
+        Ctrl::SendReq { ctx, tag, len, flags, body } => {
+            h.varint(ctx as u64);
+            h.varint(tag as u32 as u64);
+            h.varint(len);
+            h.push(flags.sync as u8 | (flags.ready as u8) << 1);
+            if let Body::Rndv(b) | Body::GetNow(b) = body {
+                h.rbuf(&b);
+            }
+        }
+        Ctrl::Written { k, tag, len, msg_len } => {
+            h.varint(k);
+            h.varint(tag as u32 as u64);
+            h.varint(len);
+            h.varint(msg_len);
+        }
+        Ctrl::Ack { i } | Ctrl::Nack { i } | Ctrl::Fin { i } | Ctrl::CancelSend { i } => {
+            h.varint(i)
+        }
+        Ctrl::Retract { k } => h.varint(k),
+        Ctrl::RetractAck { k: n, ok } | Ctrl::CancelAck { i: n, ok } => {
+            h.varint(n);
+            h.push(ok as u8);
+        }
+        Ctrl::Credit { m } => h.varint(m),
+    }
+    h
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, WireError> {
+        let v = *self.b.get(self.pos).ok_or(WireError::Truncated)?;
+        self.pos += 1;
+        Ok(v)
+    }
+    fn varint(&mut self) -> Result<u64, WireError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            let part = (b & 0x7f) as u64;
+            if shift == 63 && part > 1 {
+                return Err(WireError::Varint);
+            }
+            v |= part << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(WireError::Varint)
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        u32::try_from(self.varint()?).map_err(|_| WireError::Range)
+    }
+    fn tag(&mut self) -> Result<Tag, WireError> {
+        Tag::try_from(self.varint()?).map_err(|_| WireError::Range)
+    }
+    fn tagsel(&mut self) -> Result<TagSel, WireError> {
+        match self.varint()? {
+            0 => Ok(TagSel::Any),
+            v if v <= Tag::MAX as u64 + 1 => Ok(TagSel::Tag((v - 1) as Tag)),
+            _ => Err(WireError::Range),
+        }
+    }
+    fn bool(&mut self) -> Result<bool, WireError> {
+        match self.byte()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Range),
+        }
+    }
+    fn rbuf(&mut self) -> Result<RemoteBuf, WireError> {
+        let addr = self.varint()?;
+        let len = self.varint()?;
+        let key = self.varint()?;
+        if addr.checked_add(len).is_none() {
+            return Err(WireError::Range);
+        }
+        Ok(RemoteBuf { addr, len, key })
+    }
+}
+
+/// Decodes a header; returns it and the header's length. The rest of `bytes` is the
+/// payload, which must be empty except for an eager `SendReq`, whose payload must be
+/// exactly `len` bytes.
+pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
+    let mut r = Reader { b: bytes, pos: 0 };
+    let v = r.byte()?;
+    if v != VERSION {
+        return Err(WireError::Version(v));
+    }
+    let k = r.byte()?;
+    let credit = r.u32()?;
+    let msg = match k {
+        kind::RECV_REQ => Ctrl::RecvReq {
+            ctx: r.u32()?,
+            tag: r.tagsel()?,
+            buf: r.rbuf()?,
+            m: r.varint()?,
+        },
+        kind::SEND_EAGER | kind::SEND_RNDV | kind::SEND_GET => {
+            let ctx = r.u32()?;
+            let tag = r.tag()?;
+            let len = r.varint()?;
+            let fl = r.byte()?;
+            if fl & !3 != 0 {
+                return Err(WireError::Range);
+            }
+            let flags = SendFlags { sync: fl & 1 != 0, ready: fl & 2 != 0 };
+            let body = match k {
+                kind::SEND_EAGER => Body::Eager,
+                kind::SEND_RNDV => Body::Rndv(r.rbuf()?),
+                _ => Body::GetNow(r.rbuf()?),
+            };
+            if let Body::Rndv(b) | Body::GetNow(b) = body {
+                if b.len < len {
+                    return Err(WireError::Range);
+                }
+            }
+            Ctrl::SendReq { ctx, tag, len, flags, body }
+        }
+        kind::WRITTEN => {
+            let k = r.varint()?;
+            let tag = r.tag()?;
+            let len = r.varint()?;
+            let msg_len = r.varint()?;
+            if len > msg_len {
+                return Err(WireError::Range);
+            }
+            Ctrl::Written { k, tag, len, msg_len }
+        }
+        kind::ACK => Ctrl::Ack { i: r.varint()? },
+        kind::NACK => Ctrl::Nack { i: r.varint()? },
+        kind::FIN => Ctrl::Fin { i: r.varint()? },
+        kind::RETRACT => Ctrl::Retract { k: r.varint()? },
+        kind::RETRACT_ACK => Ctrl::RetractAck { k: r.varint()?, ok: r.bool()? },
+        kind::CANCEL_SEND => Ctrl::CancelSend { i: r.varint()? },
+        kind::CANCEL_ACK => Ctrl::CancelAck { i: r.varint()?, ok: r.bool()? },
+        kind::CREDIT => Ctrl::Credit { m: r.varint()? },
+        other => return Err(WireError::Kind(other)),
+    };
+    let hl = r.pos;
+    let rest = (bytes.len() - hl) as u64;
+    match msg {
+        Ctrl::SendReq { len, body: Body::Eager, .. } if rest != len => {
+            Err(WireError::PayloadLength { want: len, got: rest })
+        }
+        Ctrl::SendReq { body: Body::Eager, .. } => Ok((Frame { credit, msg }, hl)),
+        _ if rest != 0 => Err(WireError::TrailingBytes(hl)),
+        _ => Ok((Frame { credit, msg }, hl)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_header_fits() {
+        let big = RemoteBuf { addr: u64::MAX / 2, len: u64::MAX / 2, key: u64::MAX };
+        for msg in [
+            Ctrl::RecvReq { ctx: u32::MAX, tag: TagSel::Tag(Tag::MAX), buf: big, m: u64::MAX },
+            Ctrl::SendReq {
+                ctx: u32::MAX,
+                tag: Tag::MAX,
+                len: u64::MAX / 2,
+                flags: SendFlags { sync: true, ready: true },
+                body: Body::GetNow(big),
+            },
+            Ctrl::Written { k: u64::MAX, tag: Tag::MAX, len: u64::MAX, msg_len: u64::MAX },
+        ] {
+            let f = Frame { credit: u32::MAX, msg };
+            let h = encode(&f);
+            assert!(h.as_bytes().len() <= MAX_HEADER);
+            assert_eq!(decode(h.as_bytes()).unwrap().0, f);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert_eq!(decode(&[]), Err(WireError::Truncated));
+        assert_eq!(decode(&[2, 6, 0, 0]), Err(WireError::Version(2)));
+        assert_eq!(decode(&[1, 99, 0]), Err(WireError::Kind(99)));
+        assert_eq!(decode(&[1, 6, 0, 0, 7]), Err(WireError::TrailingBytes(4)));
+        assert_eq!(decode(&[1, 10, 0, 3, 2]), Err(WireError::Range));
+        let mut long = vec![1, 6, 0];
+        long.extend([0xff; 11]);
+        assert_eq!(decode(&long), Err(WireError::Varint));
+        // eager payload length must match
+        let f = Frame {
+            credit: 0,
+            msg: Ctrl::SendReq {
+                ctx: 0,
+                tag: 1,
+                len: 3,
+                flags: SendFlags::default(),
+                body: Body::Eager,
+            },
+        };
+        let mut b = encode(&f).as_bytes().to_vec();
+        b.extend([1, 2]);
+        assert_eq!(decode(&b), Err(WireError::PayloadLength { want: 3, got: 2 }));
+        b.push(3);
+        assert_eq!(decode(&b).unwrap().0, f);
+    }
+}

@@ -1,0 +1,949 @@
+//! An exhaustive explicit-state model checker over the real `matching::Engine`.
+//!
+//! A *program* gives every rank a list of non-blocking operations (post a receive,
+//! start a send, cancel an earlier one). A *world* is the engines of all ranks, the
+//! FIFO channels between them, the receive buffers, and the one-sided reads in flight.
+//! A step is one of: a rank performs its next operation; a rank processes the head of
+//! one incoming channel; a pending read completes. Every reachable world is explored
+//! breadth-first; the engines' own outputs are carried out exactly as a driver would
+//! (writes land in the receive buffers, reads copy the sender's bytes).
+//!
+//! Properties checked (DESIGN.md §4, `shared/tools/protocol-model/README.md`):
+//! * P1 exactly once: no receive completes twice, no message is received twice, a
+//!   cancelled send was not received, and at the end every message was received, is
+//!   still unexpected at its destination, or was cancelled; payload bytes are exactly
+//!   the sender's.
+//! * P2 / P3: MPI's non-overtaking rules, at each match and on the final pairing.
+//! * P4: the final pairing is one that pure receiver-side matching produces.
+//! * P5: a direct write lands only in a receive that is still pending.
+//! * Liveness: when every outcome of pure receiver-side matching completes every
+//!   receive and message, so does every outcome of the protocol.
+//! * Synchronous sends complete only after their message matched.
+//! * No engine reports a protocol error.
+
+#![allow(dead_code)]
+
+use matching::*;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+
+pub const CAP: u64 = 8;
+pub const SMALL: u64 = 2;
+pub const BIG: u64 = 6;
+const RECV_BASE: u64 = 0x10_0000;
+const SEND_BASE: u64 = 0x20_0000;
+const STRIDE: u64 = 0x100;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Recv { src: Source, tag: TagSel },
+    Send { dst: Rank, tag: Tag, big: bool, sync: bool },
+    /// Cancel the n-th receive of this rank.
+    CancelRecv(usize),
+    /// Cancel the n-th send of this rank.
+    CancelSend(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub ranks: Vec<Vec<Op>>,
+    pub cfg: Config,
+    // derived
+    recv_of: Vec<Vec<Option<usize>>>, // [rank][pc] -> global recv index
+    send_of: Vec<Vec<Option<usize>>>,
+    recvs: Vec<(Rank, Source, TagSel)>,
+    sends: Vec<(Rank, Rank, Tag, u64, bool)>, // from, to, tag, len, sync
+    local_recv: Vec<Vec<usize>>,              // [rank] -> global recv indices in order
+    local_send: Vec<Vec<usize>>,
+}
+
+impl Program {
+    pub fn new(ranks: Vec<Vec<Op>>, cfg: Config) -> Program {
+        let mut p = Program {
+            ranks,
+            cfg,
+            recv_of: vec![],
+            send_of: vec![],
+            recvs: vec![],
+            sends: vec![],
+            local_recv: vec![],
+            local_send: vec![],
+        };
+        for (r, ops) in p.ranks.iter().enumerate() {
+            let mut ro = vec![];
+            let mut so = vec![];
+            let mut lr = vec![];
+            let mut ls = vec![];
+            for op in ops {
+                match *op {
+                    Op::Recv { src, tag } => {
+                        ro.push(Some(p.recvs.len()));
+                        so.push(None);
+                        lr.push(p.recvs.len());
+                        p.recvs.push((r as Rank, src, tag));
+                    }
+                    Op::Send { dst, tag, big, sync } => {
+                        ro.push(None);
+                        so.push(Some(p.sends.len()));
+                        ls.push(p.sends.len());
+                        p.sends.push((r as Rank, dst, tag, if big { BIG } else { SMALL }, sync));
+                    }
+                    _ => {
+                        ro.push(None);
+                        so.push(None);
+                    }
+                }
+            }
+            p.recv_of.push(ro);
+            p.send_of.push(so);
+            p.local_recv.push(lr);
+            p.local_send.push(ls);
+        }
+        p
+    }
+
+    pub fn describe(&self) -> String {
+        let mut out = vec![];
+        for (r, ops) in self.ranks.iter().enumerate() {
+            let s: Vec<String> = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Recv { src, tag } => format!(
+                        "irecv({},{})",
+                        match src {
+                            Source::Any => "ANY".into(),
+                            Source::Rank(x) => x.to_string(),
+                        },
+                        match tag {
+                            TagSel::Any => "ANY".into(),
+                            TagSel::Tag(t) => t.to_string(),
+                        }
+                    ),
+                    Op::Send { dst, tag, big, sync } => format!(
+                        "i{}send(->{dst},tag {tag}{})",
+                        if *sync { "s" } else { "" },
+                        if *big { ",rndv" } else { "" }
+                    ),
+                    Op::CancelRecv(n) => format!("cancel(recv#{n})"),
+                    Op::CancelSend(n) => format!("cancel(send#{n})"),
+                })
+                .collect();
+            out.push(format!("rank {r}: {}", s.join(" ")));
+        }
+        out.join("; ")
+    }
+
+    fn payload(&self, s: usize) -> Vec<u8> {
+        (0..self.sends[s].3).map(|b| (s as u8 + 1) ^ (b as u8 * 16)).collect()
+    }
+
+    fn has_cancel(&self) -> bool {
+        self.ranks.iter().flatten().any(|op| matches!(op, Op::CancelRecv(_) | Op::CancelSend(_)))
+    }
+
+    fn n(&self) -> usize {
+        self.ranks.len()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum RRes {
+    NotPosted,
+    Pending,
+    /// Matched; its payload is being read.
+    Fetching(u8),
+    Got(u8),
+    Cancelled,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum SRes {
+    NotStarted,
+    Pending,
+    Sent,
+    Cancelled,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PendingGet {
+    rank: Rank,
+    xfer: XferId,
+    from: Rank,
+    src: RemoteBuf,
+    len: u64,
+    into: GetInto,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct World {
+    eng: Vec<Engine>,
+    chan: Vec<VecDeque<Vec<u8>>>,
+    pc: Vec<u8>,
+    rid: Vec<Option<RecvId>>,
+    sid: Vec<Option<SendId>>,
+    rres: Vec<RRes>,
+    sres: Vec<SRes>,
+    buf: Vec<Vec<u8>>,
+    gets: Vec<PendingGet>,
+    /// Sends whose message matched (direct write, or a receive completed with it).
+    matched: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Op(Rank),
+    Deliver(Rank, Rank),
+    Get(usize),
+}
+
+type Viol = (&'static str, String);
+
+struct Step<'a> {
+    p: &'a Program,
+    w: World,
+    viol: Vec<Viol>,
+    log: Option<Vec<String>>,
+}
+
+impl Step<'_> {
+    fn v(&mut self, prop: &'static str, text: String) {
+        self.viol.push((prop, text));
+    }
+
+    fn recv_idx(&self, rank: Rank, id: RecvId) -> usize {
+        *self.p.local_recv[rank as usize]
+            .iter()
+            .find(|&&g| self.w.rid[g] == Some(id))
+            .expect("receive id of this rank")
+    }
+
+    fn send_idx(&self, rank: Rank, id: SendId) -> usize {
+        *self.p.local_send[rank as usize]
+            .iter()
+            .find(|&&g| self.w.sid[g] == Some(id))
+            .expect("send id of this rank")
+    }
+
+    fn drain(&mut self, rank: Rank) {
+        while let Some(o) = self.w.eng[rank as usize].poll_output() {
+            if let Some(l) = &mut self.log {
+                l.push(format!("    rank {rank} -> {o:?}"));
+            }
+            match o {
+                Output::Transmit { to, header, payload } => {
+                    let mut bytes = header.as_bytes().to_vec();
+                    if let Some((s, len)) = payload {
+                        let g = self.send_idx(rank, s);
+                        bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
+                    }
+                    let n = self.p.n();
+                    self.w.chan[rank as usize * n + to as usize].push_back(bytes);
+                }
+                Output::Put { to, send, dst, len, header } => {
+                    let g = self.send_idx(rank, send);
+                    let r = ((dst.addr - RECV_BASE) / STRIDE) as usize;
+                    if self.p.recvs[r].0 != to || self.w.rres[r] != RRes::Pending {
+                        self.v(
+                            "P5",
+                            format!("direct write of send#{g} into recv#{r}, which is {:?}", self.w.rres[r]),
+                        );
+                    } else if len > dst.len {
+                        self.v("P5", format!("direct write of {len} bytes into a {}-byte buffer", dst.len));
+                    } else {
+                        let data = self.p.payload(g);
+                        self.w.buf[r][..len as usize].copy_from_slice(&data[..len as usize]);
+                        self.w.matched |= 1 << g;
+                    }
+                    let n = self.p.n();
+                    self.w.chan[rank as usize * n + to as usize].push_back(header.as_bytes().to_vec());
+                }
+                Output::Get { xfer, from, src, len, into } => {
+                    if let GetInto::Recv(r) = into {
+                        let r = self.recv_idx(rank, r);
+                        let g = ((src.addr - SEND_BASE) / STRIDE) as u8;
+                        if self.w.rres[r] != RRes::Pending {
+                            self.v("P5", format!("read for recv#{r}, which is {:?}", self.w.rres[r]));
+                        }
+                        self.w.rres[r] = RRes::Fetching(g);
+                        self.w.matched |= 1 << g;
+                    }
+                    self.w.gets.push(PendingGet { rank, xfer, from, src, len, into });
+                }
+                Output::CopyIn { recv, data } => {
+                    let r = self.recv_idx(rank, recv);
+                    if data.len() as u64 > CAP {
+                        self.v("P1", format!("copy of {} bytes past recv#{r}'s buffer", data.len()));
+                    } else {
+                        self.w.buf[r][..data.len()].copy_from_slice(&data);
+                    }
+                }
+                Output::RecvDone { recv, outcome } => {
+                    let r = self.recv_idx(rank, recv);
+                    self.recv_done(r, outcome);
+                }
+                Output::SendDone { send, outcome } => {
+                    let g = self.send_idx(rank, send);
+                    if self.w.sres[g] != SRes::Pending {
+                        self.v("P1", format!("send#{g} completed twice"));
+                    }
+                    self.w.sres[g] = match outcome {
+                        SendOutcome::Sent => SRes::Sent,
+                        SendOutcome::Cancelled => SRes::Cancelled,
+                        SendOutcome::Failed(_) => SRes::Failed,
+                    };
+                    if outcome == SendOutcome::Cancelled
+                        && (self.w.matched >> g & 1 == 1
+                            || self.w.rres.iter().any(|x| *x == RRes::Got(g as u8)))
+                    {
+                        self.v("P1", format!("send#{g} cancelled although its message was received"));
+                    }
+                    if outcome == SendOutcome::Sent && self.p.sends[g].4 && self.w.matched >> g & 1 == 0 {
+                        self.v("SYNC", format!("synchronous send#{g} completed before it matched"));
+                    }
+                }
+                Output::BufferFree { .. } => {}
+            }
+        }
+    }
+
+    fn recv_done(&mut self, r: usize, outcome: RecvOutcome) {
+        if !matches!(self.w.rres[r], RRes::Pending | RRes::Fetching(_)) {
+            self.v("P1", format!("recv#{r} completed twice ({:?} then {outcome:?})", self.w.rres[r]));
+            return;
+        }
+        match outcome {
+            RecvOutcome::Cancelled => self.w.rres[r] = RRes::Cancelled,
+            RecvOutcome::Received { source, tag, len, truncated_from } => {
+                let first = self.w.buf[r][0];
+                let Some(g) = (first as usize).checked_sub(1).filter(|&g| g < self.p.sends.len()) else {
+                    self.v("P1", format!("recv#{r} completed with garbage in its buffer"));
+                    return;
+                };
+                let (from, to, stag, slen, _) = self.p.sends[g];
+                let (rrank, rsrc, rtag) = self.p.recvs[r];
+                if from != source || stag != tag || to != rrank || !rsrc.matches_rank(from) || !rtag.matches_tag(tag) {
+                    self.v("P1", format!("recv#{r} got send#{g} with a wrong envelope ({source},{tag})"));
+                }
+                if len != slen.min(CAP) || truncated_from.is_some() != (slen > CAP) {
+                    self.v("P1", format!("recv#{r} reports length {len} for send#{g}"));
+                }
+                if self.w.buf[r][..len as usize] != self.p.payload(g)[..len as usize] {
+                    self.v("P1", format!("recv#{r} holds corrupted bytes of send#{g}"));
+                }
+                if self.w.rres.iter().any(|x| *x == RRes::Got(g as u8)) {
+                    self.v("P1", format!("send#{g} received twice"));
+                }
+                if let RRes::Fetching(x) = self.w.rres[r] {
+                    if x as usize != g {
+                        self.v("P1", format!("recv#{r} was reading send#{x} but holds send#{g}"));
+                    }
+                }
+                // a cancelled send or a staged read is invisible to the checker until
+                // later, so the on-line forms apply only without them (the final
+                // forms below always apply)
+                let online = self.p.cfg.protocol != RecvProtocol::Get && !self.p.has_cancel();
+                if self.w.sres[g] == SRes::Cancelled {
+                    self.v("P1", format!("send#{g} received although its cancel succeeded"));
+                }
+                // P2 on-line: an earlier message of the same sender that matches r is unreceived
+                for &g1 in &self.p.local_send[from as usize] {
+                    if g1 >= g {
+                        break;
+                    }
+                    let (_, to1, tag1, _, _) = self.p.sends[g1];
+                    if online
+                        && to1 == rrank
+                        && rtag.matches_tag(tag1)
+                        && self.w.matched >> g1 & 1 == 0
+                        && self.w.sres[g1] != SRes::Cancelled
+                    {
+                        self.v("P2", format!("recv#{r} got send#{g} while earlier matching send#{g1} is unreceived"));
+                    }
+                }
+                // P3 on-line: an earlier-posted receive that matches is still pending
+                for &r1 in &self.p.local_recv[rrank as usize] {
+                    if r1 >= r {
+                        break;
+                    }
+                    let (_, s1, t1) = self.p.recvs[r1];
+                    if online && self.w.rres[r1] == RRes::Pending && s1.matches_rank(from) && t1.matches_tag(tag) {
+                        self.v("P3", format!("recv#{r} got send#{g} while earlier matching recv#{r1} is pending"));
+                    }
+                }
+                self.w.rres[r] = RRes::Got(g as u8);
+                self.w.matched |= 1 << g;
+            }
+        }
+    }
+
+    fn apply(&mut self, act: Act) -> bool {
+        let n = self.p.n();
+        match act {
+            Act::Op(rank) => {
+                let ri = rank as usize;
+                let pc = self.w.pc[ri] as usize;
+                let Some(&op) = self.p.ranks[ri].get(pc) else { return false };
+                self.w.pc[ri] += 1;
+                if let Some(l) = &mut self.log {
+                    l.push(format!("rank {rank} performs {op:?}"));
+                }
+                let e = &mut self.w.eng[ri];
+                match op {
+                    Op::Recv { src, tag } => {
+                        let g = self.p.recv_of[ri][pc].unwrap();
+                        let buf = RemoteBuf { addr: RECV_BASE + g as u64 * STRIDE, len: CAP, key: 0 };
+                        let spec = RecvSpec { source: src, tag, ctx: 0, capacity: CAP, buf: Some(buf) };
+                        let id = e.post_recv(spec).expect("valid receive");
+                        self.w.rid[g] = Some(id);
+                        self.w.rres[g] = RRes::Pending;
+                    }
+                    Op::Send { dst, tag, sync, .. } => {
+                        let g = self.p.send_of[ri][pc].unwrap();
+                        let len = self.p.sends[g].3;
+                        let buf = RemoteBuf { addr: SEND_BASE + g as u64 * STRIDE, len, key: 0 };
+                        let mode = if sync { SendMode::Synchronous } else { SendMode::Standard };
+                        let spec = SendSpec { dest: dst, tag, ctx: 0, len, mode, buf };
+                        self.w.sres[g] = SRes::Pending;
+                        let id = e.start_send(spec).expect("valid send");
+                        self.w.sid[g] = Some(id);
+                    }
+                    Op::CancelRecv(n) => {
+                        let g = self.p.local_recv[ri][n];
+                        if let Some(id) = self.w.rid[g] {
+                            let _ = e.cancel_recv(id);
+                        }
+                    }
+                    Op::CancelSend(n) => {
+                        let g = self.p.local_send[ri][n];
+                        if let Some(id) = self.w.sid[g] {
+                            let _ = e.cancel_send(id);
+                        }
+                    }
+                }
+                self.drain(rank);
+            }
+            Act::Deliver(from, to) => {
+                let Some(bytes) = self.w.chan[from as usize * n + to as usize].pop_front() else {
+                    return false;
+                };
+                let res = self.w.eng[to as usize].handle(from, &bytes);
+                if let Some(l) = &mut self.log {
+                    l.push(format!("rank {to} processes {:?} from {from}", wire::decode(&bytes).map(|f| f.0)));
+                }
+                match res {
+                    Err(e) => self.v("PROTO", format!("rank {to}: {e}")),
+                    Ok(Some(d)) => {
+                        let r = self.recv_idx(to, d.recv);
+                        let data = &bytes[d.range.clone()];
+                        if data.len() as u64 > CAP {
+                            self.v("P1", "eager copy past the buffer".into());
+                        } else {
+                            self.w.buf[r][..data.len()].copy_from_slice(data);
+                        }
+                    }
+                    Ok(None) => {}
+                }
+                self.drain(to);
+            }
+            Act::Get(ix) => {
+                if ix >= self.w.gets.len() {
+                    return false;
+                }
+                let g = self.w.gets.remove(ix);
+                let s = ((g.src.addr - SEND_BASE) / STRIDE) as usize;
+                let data = self.p.payload(s)[..g.len as usize].to_vec();
+                let staged = match g.into {
+                    GetInto::Recv(r) => {
+                        let r = self.recv_idx(g.rank, r);
+                        if !matches!(self.w.rres[r], RRes::Fetching(_)) {
+                            self.v("P5", format!("read into recv#{r}, which is {:?}", self.w.rres[r]));
+                        }
+                        self.w.buf[r][..data.len()].copy_from_slice(&data);
+                        None
+                    }
+                    GetInto::Staging => Some(data),
+                };
+                if let Some(l) = &mut self.log {
+                    l.push(format!("rank {} finishes read {:?}", g.rank, g.xfer));
+                }
+                self.w.eng[g.rank as usize].get_done(g.xfer, staged).expect("known transfer");
+                self.drain(g.rank);
+            }
+        }
+        true
+    }
+}
+
+trait MatchExt {
+    fn matches_rank(self, r: Rank) -> bool;
+}
+impl MatchExt for Source {
+    fn matches_rank(self, r: Rank) -> bool {
+        matches!(self, Source::Any) || self == Source::Rank(r)
+    }
+}
+trait TagExt {
+    fn matches_tag(self, t: Tag) -> bool;
+}
+impl TagExt for TagSel {
+    fn matches_tag(self, t: Tag) -> bool {
+        matches!(self, TagSel::Any) || self == TagSel::Tag(t)
+    }
+}
+
+fn initial(p: &Program) -> World {
+    let n = p.n() as u32;
+    World {
+        eng: (0..n).map(|r| Engine::new(r, n, p.cfg)).collect(),
+        chan: vec![VecDeque::new(); (n * n) as usize],
+        pc: vec![0; n as usize],
+        rid: vec![None; p.recvs.len()],
+        sid: vec![None; p.sends.len()],
+        rres: vec![RRes::NotPosted; p.recvs.len()],
+        sres: vec![SRes::NotStarted; p.sends.len()],
+        buf: vec![vec![0; CAP as usize]; p.recvs.len()],
+        gets: vec![],
+        matched: 0,
+    }
+}
+
+fn actions(p: &Program, w: &World) -> Vec<Act> {
+    let n = p.n();
+    let mut a = vec![];
+    for r in 0..n {
+        if (w.pc[r] as usize) < p.ranks[r].len() {
+            a.push(Act::Op(r as Rank));
+        }
+        for f in 0..n {
+            if !w.chan[f * n + r].is_empty() {
+                a.push(Act::Deliver(f as Rank, r as Rank));
+            }
+        }
+    }
+    for i in 0..w.gets.len() {
+        a.push(Act::Get(i));
+    }
+    a
+}
+
+// ------------------------------------------------------------------------------------
+// The reference: pure receiver-side matching, every interleaving.
+// ------------------------------------------------------------------------------------
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Pure {
+    pc: Vec<u8>,
+    rres: Vec<RRes>,
+    posted: Vec<Vec<usize>>,        // per rank, posting order
+    umq: Vec<Vec<usize>>,           // per rank, arrival order (send indices)
+    chan: Vec<VecDeque<(bool, usize)>>, // (is_cancel, send idx)
+    cancelled: u32,
+}
+
+/// Final outcome: receive results and the set of cancelled sends.
+pub type Outcome = (Vec<RRes>, u32);
+
+fn pure_outcomes(p: &Program) -> HashSet<Outcome> {
+    let n = p.n();
+    let init = Pure {
+        pc: vec![0; n],
+        rres: vec![RRes::NotPosted; p.recvs.len()],
+        posted: vec![vec![]; n],
+        umq: vec![vec![]; n],
+        chan: vec![VecDeque::new(); n * n],
+        cancelled: 0,
+    };
+    let mut seen = HashSet::new();
+    let mut stack = vec![init.clone()];
+    seen.insert(init);
+    let mut outs = HashSet::new();
+    let mt = |p: &Program, r: usize, g: usize| {
+        let (_, src, tag) = p.recvs[r];
+        let (from, _, stag, _, _) = p.sends[g];
+        src.matches_rank(from) && tag.matches_tag(stag)
+    };
+    while let Some(st) = stack.pop() {
+        let mut term = true;
+        for rank in 0..n {
+            let pc = st.pc[rank] as usize;
+            if pc < p.ranks[rank].len() {
+                term = false;
+                let mut s = st.clone();
+                s.pc[rank] += 1;
+                match p.ranks[rank][pc] {
+                    Op::Recv { .. } => {
+                        let r = p.recv_of[rank][pc].unwrap();
+                        if let Some(ix) = s.umq[rank].iter().position(|&g| mt(p, r, g)) {
+                            let g = s.umq[rank].remove(ix);
+                            s.rres[r] = RRes::Got(g as u8);
+                        } else {
+                            s.rres[r] = RRes::Pending;
+                            s.posted[rank].push(r);
+                        }
+                    }
+                    Op::Send { dst, .. } => {
+                        let g = p.send_of[rank][pc].unwrap();
+                        s.chan[rank * n + dst as usize].push_back((false, g));
+                    }
+                    Op::CancelRecv(k) => {
+                        let r = p.local_recv[rank][k];
+                        if s.rres[r] == RRes::Pending {
+                            s.rres[r] = RRes::Cancelled;
+                            s.posted[rank].retain(|&x| x != r);
+                        }
+                    }
+                    Op::CancelSend(k) => {
+                        // the send may already have completed locally (an eager send
+                        // does as soon as it is out), and then the cancel does nothing:
+                        // explore both
+                        let mut s2 = s.clone();
+                        if seen.insert(s2.clone()) {
+                            stack.push(s2.clone());
+                        }
+                        let g = p.local_send[rank][k];
+                        let dst = p.sends[g].1 as usize;
+                        s2.chan[rank * n + dst].push_back((true, g));
+                        s = s2;
+                    }
+                }
+                if seen.insert(s.clone()) {
+                    stack.push(s);
+                }
+            }
+            for f in 0..n {
+                let c = f * n + rank;
+                if let Some(&(cancel, g)) = st.chan[c].front() {
+                    term = false;
+                    let mut s = st.clone();
+                    s.chan[c].pop_front();
+                    if cancel {
+                        if let Some(ix) = s.umq[rank].iter().position(|&x| x == g) {
+                            s.umq[rank].remove(ix);
+                            s.cancelled |= 1 << g;
+                        }
+                    } else if let Some(ix) = s.posted[rank].iter().position(|&r| mt(p, r, g)) {
+                        let r = s.posted[rank].remove(ix);
+                        s.rres[r] = RRes::Got(g as u8);
+                    } else {
+                        s.umq[rank].push(g);
+                    }
+                    if seen.insert(s.clone()) {
+                        stack.push(s);
+                    }
+                }
+            }
+        }
+        if term {
+            outs.insert((st.rres.clone(), st.cancelled));
+        }
+    }
+    outs
+}
+
+fn complete(p: &Program, o: &Outcome) -> bool {
+    let got: u32 = o.0.iter().filter_map(|x| if let RRes::Got(g) = x { Some(1u32 << g) } else { None }).sum();
+    o.0.iter().all(|x| matches!(x, RRes::Got(_) | RRes::Cancelled))
+        && (0..p.sends.len()).all(|g| (got | o.1) >> g & 1 == 1)
+}
+
+// ------------------------------------------------------------------------------------
+// Exploration
+// ------------------------------------------------------------------------------------
+
+#[derive(Default, Debug)]
+pub struct Report {
+    pub programs: u64,
+    pub states: u64,
+    /// property -> (failing programs, first example)
+    pub failures: HashMap<&'static str, (u64, String)>,
+}
+
+impl Report {
+    pub fn merge(&mut self, o: Report) {
+        self.programs += o.programs;
+        self.states += o.states;
+        for (k, (n, ex)) in o.failures {
+            let e = self.failures.entry(k).or_insert((0, ex));
+            e.0 += n;
+        }
+    }
+    pub fn summary(&self) -> String {
+        let mut props: Vec<_> = self.failures.iter().map(|(k, v)| format!("{k}: {} programs", v.0)).collect();
+        props.sort();
+        format!(
+            "{} programs, {} distinct states, violations: [{}]",
+            self.programs,
+            self.states,
+            props.join(", ")
+        )
+    }
+}
+
+fn fingerprint(w: &World) -> u128 {
+    let mut h1 = std::collections::hash_map::DefaultHasher::new();
+    w.hash(&mut h1);
+    let mut h2 = rustc_hash_like(0x9e37_79b9_7f4a_7c15);
+    w.hash(&mut h2);
+    (h1.finish() as u128) << 64 | h2.finish() as u128
+}
+
+/// A second, independent hasher (FNV-1a) so that fingerprints are 128 bits.
+struct Fnv(u64);
+fn rustc_hash_like(seed: u64) -> Fnv {
+    Fnv(0xcbf2_9ce4_8422_2325 ^ seed)
+}
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u64;
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// Explores every interleaving of one program; returns (states, violations with a
+/// trace of the first one per property).
+pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
+    let pure = pure_outcomes(p);
+    let pure_complete = pure.iter().all(|o| complete(p, o));
+    let init = initial(p);
+    let mut seen: HashMap<u128, Option<(u128, usize)>> = HashMap::new();
+    let mut q = VecDeque::new();
+    let f0 = fingerprint(&init);
+    seen.insert(f0, None);
+    q.push_back((f0, init));
+    let mut found: Vec<(&'static str, String)> = vec![];
+    let mut outs: BTreeSet<String> = BTreeSet::new();
+    let mut record = |found: &mut Vec<(&'static str, String)>, prop: &'static str, text: String| {
+        if !found.iter().any(|(p, _)| *p == prop) {
+            found.push((prop, text));
+        }
+    };
+    while let Some((fp, w)) = q.pop_front() {
+        let acts = actions(p, &w);
+        if acts.is_empty() {
+            // terminal
+            let o: Outcome = (
+                w.rres.clone(),
+                w.sres.iter().enumerate().filter(|(_, s)| **s == SRes::Cancelled).map(|(g, _)| 1u32 << g).sum(),
+            );
+            for (prop, text) in final_checks(p, &w, &o, &pure, pure_complete) {
+                if outs.insert(format!("{prop}{text}")) {
+                    record(&mut found, prop, format!("{text}\n  program: {}", p.describe()));
+                }
+            }
+            continue;
+        }
+        for (ai, act) in acts.iter().enumerate() {
+            let mut st = Step { p, w: w.clone(), viol: vec![], log: None };
+            st.apply(*act);
+            if !st.viol.is_empty() {
+                let trace = replay_trace(p, &seen, fp, ai);
+                for (prop, text) in st.viol {
+                    record(&mut found, prop, format!("{text}\n  program: {}\n{trace}", p.describe()));
+                }
+                continue;
+            }
+            let f = fingerprint(&st.w);
+            if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(f) {
+                e.insert(Some((fp, ai)));
+                if found.is_empty() {
+                    q.push_back((f, st.w));
+                }
+            }
+        }
+        if !found.is_empty() {
+            break;
+        }
+    }
+    (seen.len() as u64, found)
+}
+
+/// Rebuilds the shortest path to `w` and renders it with the failing step.
+fn replay_trace(
+    p: &Program,
+    seen: &HashMap<u128, Option<(u128, usize)>>,
+    fp: u128,
+    last: usize,
+) -> String {
+    let mut path = vec![last];
+    let mut cur = fp;
+    while let Some(Some((prev, a))) = seen.get(&cur) {
+        path.push(*a);
+        cur = *prev;
+    }
+    path.reverse();
+    let mut w = initial(p);
+    let mut lines = vec![];
+    for (n, ai) in path.into_iter().enumerate() {
+        let act = actions(p, &w)[ai];
+        let mut st = Step { p, w, viol: vec![], log: Some(vec![]) };
+        st.apply(act);
+        lines.push(format!("  {:2}. {}", n + 1, st.log.take().unwrap().join("\n")));
+        for (prop, t) in &st.viol {
+            lines.push(format!("      *** {prop}: {t}"));
+        }
+        w = st.w;
+    }
+    lines.join("\n")
+}
+
+fn final_checks(p: &Program, w: &World, o: &Outcome, pure: &HashSet<Outcome>, pure_complete: bool) -> Vec<Viol> {
+    let mut v = vec![];
+    let mut recv_of = vec![None; p.sends.len()];
+    for (r, x) in w.rres.iter().enumerate() {
+        if let RRes::Got(g) = x {
+            recv_of[*g as usize] = Some(r);
+        }
+    }
+    // P1: every message received, cancelled, or still unexpected at its destination
+    let mut unexpected = vec![0usize; p.n()];
+    for g in 0..p.sends.len() {
+        let cancelled = w.sres[g] == SRes::Cancelled;
+        match (recv_of[g], cancelled) {
+            (Some(_), true) => v.push(("P1", format!("send#{g} both received and cancelled"))),
+            (None, false) => unexpected[p.sends[g].1 as usize] += 1,
+            _ => {}
+        }
+        if w.sres[g] == SRes::Sent && p.sends[g].4 && recv_of[g].is_none() {
+            v.push(("SYNC", format!("synchronous send#{g} completed but never received")));
+        }
+    }
+    for (r, e) in w.eng.iter().enumerate() {
+        if e.queue_lengths().1 != unexpected[r] {
+            v.push((
+                "P1",
+                format!("rank {r} holds {} unexpected messages, {} expected", e.queue_lengths().1, unexpected[r]),
+            ));
+        }
+    }
+    // liveness
+    if pure_complete && !complete(p, o) {
+        v.push(("LIVE", format!("stuck although receiver-side matching always completes: {:?}", o.0)));
+    }
+    // P2 final: two messages of one sender that both match a receive
+    for (g1, &(f1, t1, tag1, _, _)) in p.sends.iter().enumerate() {
+        for (g2, &(f2, t2, _, _, _)) in p.sends.iter().enumerate().skip(g1 + 1) {
+            if f1 != f2 || t1 != t2 {
+                continue;
+            }
+            let Some(r2) = recv_of[g2] else { continue };
+            let (_, s, t) = p.recvs[r2];
+            if !(s.matches_rank(f1) && t.matches_tag(tag1)) || w.sres[g1] == SRes::Cancelled {
+                continue;
+            }
+            match recv_of[g1] {
+                None => v.push(("P2", format!("send#{g1} unreceived but later send#{g2} went to recv#{r2}"))),
+                Some(r1) if r1 > r2 => {
+                    v.push(("P2", format!("send#{g1}->recv#{r1} but later send#{g2}->earlier recv#{r2}")))
+                }
+                _ => {}
+            }
+        }
+    }
+    // P3 final: an earlier-posted receive that matches a message either got an earlier
+    // message of that sender or a different sender's
+    for (r2, x) in w.rres.iter().enumerate() {
+        let RRes::Got(g) = *x else { continue };
+        let (from, _, tag, _, _) = p.sends[g as usize];
+        let rank = p.recvs[r2].0;
+        for &r1 in &p.local_recv[rank as usize] {
+            if r1 >= r2 {
+                break;
+            }
+            let (_, s1, t1) = p.recvs[r1];
+            if !(s1.matches_rank(from) && t1.matches_tag(tag)) {
+                continue;
+            }
+            match w.rres[r1] {
+                RRes::Got(g1) => {
+                    if p.sends[g1 as usize].0 == from && g1 > g {
+                        v.push(("P3", format!("recv#{r2} got send#{g} while earlier recv#{r1} got later send#{g1}")));
+                    }
+                }
+                RRes::Cancelled => {}
+                other => v.push(("P3", format!("recv#{r2} got send#{g} while earlier recv#{r1} is {other:?}"))),
+            }
+        }
+    }
+    // P4
+    if !pure.contains(o) {
+        v.push(("P4", format!("outcome {:?} (cancelled sends {:b}) is not one receiver-side matching produces", o.0, o.1)));
+    }
+    v
+}
+
+/// Checks many programs; collects the first trace per property.
+pub fn check_all(programs: impl Iterator<Item = Program>) -> Report {
+    let mut rep = Report::default();
+    for p in programs {
+        let (states, found) = check_program(&p);
+        rep.programs += 1;
+        rep.states += states;
+        for (prop, text) in found {
+            let e = rep.failures.entry(prop).or_insert((0, text));
+            e.0 += 1;
+        }
+    }
+    rep
+}
+
+/// Runs `check_all` on two threads (the machine has two cores).
+pub fn check_parallel(programs: Vec<Program>) -> Report {
+    let mid = programs.len() / 2;
+    let (a, b) = programs.split_at(mid);
+    std::thread::scope(|s| {
+        let h = s.spawn(|| check_all(a.iter().cloned()));
+        let mut r = check_all(b.iter().cloned());
+        r.merge(h.join().unwrap());
+        r
+    })
+}
+
+// ------------------------------------------------------------------------------------
+// Program enumeration
+// ------------------------------------------------------------------------------------
+
+pub fn seqs<T: Clone>(alpha: &[T], lo: usize, hi: usize) -> Vec<Vec<T>> {
+    let mut out = vec![];
+    let mut cur: Vec<Vec<T>> = vec![vec![]];
+    for n in 0..=hi {
+        if n >= lo {
+            out.extend(cur.iter().cloned());
+        }
+        let mut next = vec![];
+        for c in &cur {
+            for a in alpha {
+                let mut d = c.clone();
+                d.push(a.clone());
+                next.push(d);
+            }
+        }
+        cur = next;
+    }
+    out
+}
+
+/// Whether some assignment receives every message (so that liveness is interesting).
+pub fn saturating(recvs: &[(Source, TagSel)], sends: &[(Rank, Tag)]) -> bool {
+    fn go(i: usize, used: &mut Vec<bool>, recvs: &[(Source, TagSel)], sends: &[(Rank, Tag)]) -> bool {
+        if i == sends.len() {
+            return true;
+        }
+        for r in 0..recvs.len() {
+            if !used[r] && recvs[r].0.matches_rank(sends[i].0) && recvs[r].1.matches_tag(sends[i].1) {
+                used[r] = true;
+                if go(i + 1, used, recvs, sends) {
+                    return true;
+                }
+                used[r] = false;
+            }
+        }
+        false
+    }
+    sends.len() <= recvs.len() && go(0, &mut vec![false; recvs.len()], recvs, sends)
+}

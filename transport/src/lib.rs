@@ -1,0 +1,204 @@
+//! The transport interface of rsmpi.
+//!
+//! A transport moves bytes between the ranks of one job and knows nothing about MPI:
+//! no tags, no communicators, no matching. The protocol layer (`matching`, driven by
+//! `rsmpi-core`) decides *what* to move; a transport only offers:
+//!
+//! * an **ordered control channel** per peer ([`Transport::try_send`] /
+//!   [`Transport::poll`]): small messages (a header plus an optional inline payload),
+//!   delivered exactly once and in order per (sender, receiver) pair;
+//! * **one-sided put and get** ([`Transport::put`] / [`Transport::get`]) into and out
+//!   of memory that the peer exposed with [`Transport::expose`];
+//! * **capabilities** ([`Caps`]) so that the protocol layer picks a path by size and
+//!   capability, never by transport name.
+//!
+//! The one ordering rule that ties them together: data written by `put` to a peer is
+//! visible in the peer's memory before any control message sent to that peer *after*
+//! the `put` returned is delivered. This is what lets a sender write a payload straight
+//! into a receive buffer and then announce it on the control channel (an RDMA WRITE
+//! followed by a SEND on the same RC queue pair; `process_vm_writev` followed by a ring
+//! entry on shared memory).
+//!
+//! ```
+//! use transport::{Caps, Rank, RemoteBuf, Transport, TransportError};
+//!
+//! /// A one-rank transport: everything sent to self comes back from `poll`.
+//! struct Loopback(std::collections::VecDeque<Vec<u8>>);
+//!
+//! impl Transport for Loopback {
+//!     fn rank(&self) -> Rank { 0 }
+//!     fn size(&self) -> u32 { 1 }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, put: false, get: false } }
+//!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
+//!         self.0.push_back([header, payload].concat());
+//!         Ok(())
+//!     }
+//!     fn poll(&mut self, max: usize, f: &mut dyn FnMut(Rank, &[u8])) -> Result<usize, TransportError> {
+//!         let mut n = 0;
+//!         while n < max {
+//!             let Some(m) = self.0.pop_front() else { break };
+//!             f(0, &m);
+//!             n += 1;
+//!         }
+//!         Ok(n)
+//!     }
+//!     fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf { RemoteBuf { addr: addr as u64, len: len as u64, key: 0 } }
+//!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("put")) }
+//!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("get")) }
+//! }
+//!
+//! let mut t = Loopback(Default::default());
+//! t.try_send(0, b"hdr", b"payload").unwrap();
+//! let mut got = Vec::new();
+//! t.poll(16, &mut |from, m| got.push((from, m.to_vec()))).unwrap();
+//! assert_eq!(got, vec![(0, b"hdrpayload".to_vec())]);
+//! ```
+#![forbid(unsafe_code)]
+
+/// A rank in the job (`MPI_COMM_WORLD` numbering).
+pub type Rank = u32;
+
+/// Memory of a peer that the peer exposed for one-sided access: the address in the
+/// peer's address space, its length, and a transport-specific key (an RDMA rkey; 0 for
+/// shared memory). Only the range `addr .. addr + len` may ever be touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RemoteBuf {
+    pub addr: u64,
+    pub len: u64,
+    pub key: u64,
+}
+
+/// What a transport can do, and its size limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Largest control message (header + inline payload) `try_send` accepts.
+    pub max_ctrl: usize,
+    /// Control messages that may be in flight to one peer before `try_send` reports
+    /// `Full` (the receiving ring's capacity). The protocol's credits never exceed it.
+    pub ctrl_slots: usize,
+    /// One-sided write into exposed peer memory is available.
+    pub put: bool,
+    /// One-sided read from exposed peer memory is available.
+    pub get: bool,
+}
+
+/// Errors a transport reports.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The control channel to this peer has no room now; retry after polling.
+    #[error("control channel to rank {0} is full")]
+    Full(Rank),
+    /// The message is larger than [`Caps::max_ctrl`].
+    #[error("control message of {len} bytes exceeds the transport limit of {max}")]
+    TooLarge { len: usize, max: usize },
+    /// The peer rank does not exist in this job.
+    #[error("rank {0} is not part of this job")]
+    NoSuchRank(Rank),
+    /// A one-sided access fell outside the exposed range.
+    #[error("one-sided access of {len} bytes at offset {offset} is outside the exposed buffer of {limit} bytes")]
+    OutOfBounds { offset: u64, len: u64, limit: u64 },
+    /// The peer is gone (exited or crashed).
+    #[error("rank {0} is unreachable: {1}")]
+    PeerGone(Rank, String),
+    /// The operation is not offered by this transport.
+    #[error("operation {0} is not supported by this transport")]
+    Unsupported(&'static str),
+    /// The start-up exchange (launcher / PMI) failed.
+    #[error("start-up exchange failed: {0}")]
+    Exchange(String),
+    /// An operating-system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        call: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The interface every transport (shm, verbs, ofi) implements.
+///
+/// All calls are non-blocking except `put`/`get`, which return once the data has been
+/// moved (the local buffer may be reused and, for `get`, read). A transport makes
+/// progress only inside its own calls: there are no hidden threads.
+pub trait Transport {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the job.
+    fn size(&self) -> u32;
+    /// Capabilities and limits.
+    fn caps(&self) -> Caps;
+
+    /// Queues one control message, `header` followed by `payload`, to `peer`.
+    /// Messages to one peer are delivered in the order they were sent, exactly once.
+    /// Returns [`TransportError::Full`] when the peer's ring has no room; nothing is
+    /// sent in that case.
+    fn try_send(&mut self, peer: Rank, header: &[u8], payload: &[u8])
+        -> Result<(), TransportError>;
+
+    /// Delivers up to `max` incoming control messages to `f` as `(source, bytes)`, in
+    /// per-source order. The slice is valid only during the call. Returns how many.
+    fn poll(&mut self, max: usize, f: &mut dyn FnMut(Rank, &[u8]))
+        -> Result<usize, TransportError>;
+
+    /// Exposes `len` bytes at local address `addr` for one-sided access by peers and
+    /// returns the descriptor to advertise. For shared memory this is the address
+    /// itself; RDMA transports register the memory.
+    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf;
+
+    /// Writes `src` into `dst` at byte `offset` of the peer's exposed buffer. The write
+    /// is visible at the peer before any control message sent after this call returns.
+    fn put(&mut self, peer: Rank, src: &[u8], dst: RemoteBuf, offset: u64)
+        -> Result<(), TransportError>;
+
+    /// Reads `dst.len()` bytes from byte `offset` of the peer's exposed buffer `src`.
+    fn get(&mut self, peer: Rank, dst: &mut [u8], src: RemoteBuf, offset: u64)
+        -> Result<(), TransportError>;
+}
+
+/// The start-up key-value exchange a transport uses to find its peers (the launcher's
+/// or PMI's). Keys are per rank: `publish` stores under this rank, `lookup` reads what
+/// `rank` published. Everything published before a `fence` is visible to every rank
+/// after it.
+pub trait Exchange {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the job.
+    fn size(&self) -> u32;
+    /// An identifier unique to this job on this node, made of `[A-Za-z0-9_-]` only, so
+    /// that transports can name files after it (shared segments are
+    /// `/dev/shm/rsmpi-{job_id}-*`, which the launcher removes when the job ends).
+    fn job_id(&self) -> &str;
+    /// Publishes `value` under `key` for this rank.
+    fn publish(&mut self, key: &str, value: &[u8]) -> Result<(), TransportError>;
+    /// Collective barrier over all ranks of the job.
+    fn fence(&mut self) -> Result<(), TransportError>;
+    /// Reads what `rank` published under `key` (after a fence).
+    fn lookup(&mut self, rank: Rank, key: &str) -> Result<Vec<u8>, TransportError>;
+}
+
+/// Checks that `len` bytes at `offset` fit inside `buf`; every transport calls this
+/// before a one-sided access so that no write can land outside an advertised buffer.
+pub fn check_bounds(buf: &RemoteBuf, offset: u64, len: u64) -> Result<(), TransportError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= buf.len => Ok(()),
+        _ => Err(TransportError::OutOfBounds { offset, len, limit: buf.len }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        let b = RemoteBuf { addr: 4096, len: 100, key: 0 };
+        assert!(check_bounds(&b, 0, 100).is_ok());
+        assert!(check_bounds(&b, 99, 1).is_ok());
+        assert!(check_bounds(&b, 100, 0).is_ok());
+        assert!(matches!(
+            check_bounds(&b, 99, 2),
+            Err(TransportError::OutOfBounds { offset: 99, len: 2, limit: 100 })
+        ));
+        assert!(check_bounds(&b, u64::MAX, 2).is_err());
+    }
+}
