@@ -16,9 +16,10 @@ pub enum Output {
     /// Send control message `header` to `to`, followed by the first `len` bytes of
     /// send `payload`'s buffer if there is one (an eager send).
     Transmit { to: Rank, header: Header, payload: Option<(SendId, u64)> },
-    /// Write the first `len` bytes of `send`'s buffer into `dst` at `to` (one-sided),
-    /// then send control message `header` to `to`.
-    Put { to: Rank, send: SendId, dst: RemoteBuf, len: u64, header: Header },
+    /// Write the first `len` bytes of `send`'s buffer into `dst` at `to` (one-sided).
+    /// The `Written` notice follows as a later `Transmit`, so the write must be
+    /// visible at `to` before that is delivered (the transport's ordering rule).
+    Put { to: Rank, send: SendId, dst: RemoteBuf, len: u64 },
     /// Read `len` bytes of `src` at `from` (one-sided) into `into`, then call
     /// [`Engine::get_done`].
     Get { xfer: XferId, from: Rank, src: RemoteBuf, len: u64, into: GetInto },
@@ -112,7 +113,6 @@ struct SendState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Queued {
     Ctrl { msg: Ctrl, payload: Option<(SendId, u64)>, done: Option<SendId> },
-    Put { send: SendId, dst: RemoteBuf, len: u64, msg: Ctrl },
 }
 
 /// State shared with one peer (both directions).
@@ -294,11 +294,6 @@ impl Engine {
                     }
                 }
             }
-            Queued::Put { send, dst, len, msg } => {
-                let header = wire::encode(&Frame { credit, msg });
-                self.out.push_back(Output::Put { to, send, dst, len, header });
-                self.finish_send(send, SendOutcome::Sent);
-            }
         }
     }
 
@@ -324,6 +319,13 @@ impl Engine {
             let header = wire::encode(&Frame { credit, msg: Ctrl::Credit { m: p.sendreq_seen } });
             self.out.push_back(Output::Transmit { to: from, header, payload: None });
         }
+    }
+
+    /// The send waiting for a reply to send request `i` from `from`, if `from` can
+    /// have seen it: a send request still in the outbox cannot be answered.
+    fn replied(&self, from: Rank, i: u64) -> Option<SendId> {
+        let s = *self.peers[from as usize].waiting.get(&i)?;
+        self.sends.get(&s).is_some_and(|st| st.emitted).then_some(s)
     }
 
     fn finish_send(&mut self, s: SendId, outcome: SendOutcome) {
@@ -598,8 +600,11 @@ impl Engine {
             self.stats.direct_writes += 1;
             self.sends.insert(id, st);
             let len = spec.len.min(adv.buf.len);
-            let msg = Ctrl::Written { k, tag: spec.tag, len, msg_len: spec.len };
-            self.emit(to, Queued::Put { send: id, dst: adv.buf, len, msg });
+            // the payload goes now, whatever the credits: the buffer is ours alone
+            // since the entry was taken; only the notice waits for a credit
+            self.out.push_back(Output::Put { to, send: id, dst: adv.buf, len });
+            self.finish_send(id, SendOutcome::Sent);
+            self.ctrl(to, Ctrl::Written { k, tag: spec.tag, len, msg_len: spec.len });
             return Ok(id);
         }
         p.sendreq_sent += 1;
@@ -758,17 +763,11 @@ impl Engine {
                 self.finish_recv(r, RecvOutcome::Received { source: from, tag, len, truncated_from });
             }
             Ctrl::Ack { i } | Ctrl::Fin { i } => {
-                let s = self.peers[from as usize]
-                    .waiting
-                    .remove(&i)
-                    .ok_or_else(|| violation("acknowledged an unknown send"))?;
+                let s = self.replied(from, i).ok_or_else(|| violation("acknowledged an unknown send"))?;
                 self.finish_send(s, SendOutcome::Sent);
             }
             Ctrl::Nack { i } => {
-                let s = self.peers[from as usize]
-                    .waiting
-                    .remove(&i)
-                    .ok_or_else(|| violation("rejected an unknown send"))?;
+                let s = self.replied(from, i).ok_or_else(|| violation("rejected an unknown send"))?;
                 self.finish_send(s, SendOutcome::Failed(SendError::NoReceivePosted));
             }
             Ctrl::Retract { k } => {
@@ -804,7 +803,7 @@ impl Engine {
                 self.ctrl(from, Ctrl::CancelAck { i, ok });
             }
             Ctrl::CancelAck { i, ok } => {
-                let s = self.peers[from as usize].waiting.get(&i).copied();
+                let s = self.replied(from, i);
                 match (ok, s) {
                     (true, Some(s)) => self.finish_send(s, SendOutcome::Cancelled),
                     (true, None) => return Err(violation("cancelled an unknown send")),

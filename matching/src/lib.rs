@@ -67,11 +67,11 @@
 //! let mut notices = vec![];
 //! while let Some(o) = e[0].poll_output() {
 //!     match o {
-//!         Output::Put { to: 1, send, dst, len, header } => {
+//!         Output::Put { to: 1, send, dst, len } => {
 //!             assert_eq!((send, dst, len), (s, buf, 8));
 //!             rbuf.copy_from_slice(&sbuf[..len as usize]); // the one-sided write
-//!             notices.push(header);
 //!         }
+//!         Output::Transmit { to: 1, header, payload: None } => notices.push(header),
 //!         Output::SendDone { send, outcome } => assert_eq!((send, outcome), (s, SendOutcome::Sent)),
 //!         o => panic!("{o:?}"),
 //!     }

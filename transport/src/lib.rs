@@ -53,7 +53,9 @@
 //! t.poll(16, &mut |from, m| got.push((from, m.to_vec()))).unwrap();
 //! assert_eq!(got, vec![(0, b"hdrpayload".to_vec())]);
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+
+pub mod mem;
 
 /// A rank in the job (`MPI_COMM_WORLD` numbering).
 pub type Rank = u32;

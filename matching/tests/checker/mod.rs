@@ -240,7 +240,7 @@ impl Step<'_> {
                     let n = self.p.n();
                     self.w.chan[rank as usize * n + to as usize].push_back(bytes);
                 }
-                Output::Put { to, send, dst, len, header } => {
+                Output::Put { to, send, dst, len } => {
                     let g = self.send_idx(rank, send);
                     let r = ((dst.addr - RECV_BASE) / STRIDE) as usize;
                     if self.p.recvs[r].0 != to || self.w.rres[r] != RRes::Pending {
@@ -255,8 +255,6 @@ impl Step<'_> {
                         self.w.buf[r][..len as usize].copy_from_slice(&data[..len as usize]);
                         self.w.matched |= 1 << g;
                     }
-                    let n = self.p.n();
-                    self.w.chan[rank as usize * n + to as usize].push_back(header.as_bytes().to_vec());
                 }
                 Output::Get { xfer, from, src, len, into } => {
                     if let GetInto::Recv(r) = into {

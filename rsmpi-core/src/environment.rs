@@ -1,0 +1,152 @@
+//! Start-up and shut-down: [`initialize`], [`Universe`], time.
+
+use crate::error::{Error, Result};
+use crate::progress::{self, State};
+use crate::topology::SimpleCommunicator;
+use launcher::Boot;
+use matching::{Config, Engine, MatchingMode, RecvProtocol};
+use std::collections::HashMap;
+use transport::Exchange;
+
+/// The MPI environment of this process. Dropping it finalizes MPI.
+pub struct Universe {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// Reads the protocol switches from the environment:
+/// `RSMPI_MATCHING=both|receiver`, `RSMPI_PROTOCOL=eager|get|sync`,
+/// `RSMPI_EAGER_LIMIT=bytes`. Every rank of a job must see the same values (rsmpirun
+/// passes its environment to all ranks).
+pub fn config_from_env() -> Result<Config> {
+    let mut c = Config::default();
+    if let Ok(v) = std::env::var("RSMPI_MATCHING") {
+        c.matching = match v.as_str() {
+            "both" => MatchingMode::Both,
+            "receiver" => MatchingMode::Receiver,
+            _ => return Err(Error::Transport(format!("RSMPI_MATCHING={v}: expected both or receiver"))),
+        };
+    }
+    if let Ok(v) = std::env::var("RSMPI_PROTOCOL") {
+        c.protocol = match v.as_str() {
+            "eager" => RecvProtocol::Eager,
+            "get" => RecvProtocol::Get,
+            "sync" => RecvProtocol::Sync,
+            _ => return Err(Error::Transport(format!("RSMPI_PROTOCOL={v}: expected eager, get or sync"))),
+        };
+    }
+    if let Ok(v) = std::env::var("RSMPI_EAGER_LIMIT") {
+        c.eager_limit = v.parse().map_err(|_| Error::Transport(format!("RSMPI_EAGER_LIMIT={v}")))?;
+    }
+    Ok(c)
+}
+
+/// Initializes MPI (`MPI_Init`): joins the job started by `rsmpirun` (or runs as a
+/// job of one rank when started directly).
+pub fn initialize() -> Result<Universe> {
+    let cfg = config_from_env()?;
+    initialize_with(cfg)
+}
+
+/// Initializes MPI with explicit protocol settings (all ranks must agree).
+pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
+    if progress::try_with(|_| ()).is_ok() {
+        return Err(Error::AlreadyInitialized);
+    }
+    let mut boot = Boot::init().map_err(|e| Error::Transport(e.to_string()))?;
+    match boot.transport() {
+        "shm" | "" => {}
+        other => {
+            return Err(Error::Transport(format!("transport {other:?} is not available in this build (have: shm)")))
+        }
+    }
+    let t = transport_shm::ShmTransport::new(&mut boot).map_err(|e| Error::Transport(e.to_string()))?;
+    let caps = transport::Transport::caps(&t);
+    // the eager payload rides inside one control message
+    cfg.eager_limit = cfg.eager_limit.min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
+    while cfg.ring_slots_needed() as usize > caps.ctrl_slots && cfg.credits > 1 {
+        cfg.credits /= 2;
+        cfg.low_water = (cfg.credits / 2).max(1);
+    }
+    let engine = Engine::new(boot.rank(), boot.size(), cfg);
+    progress::install(State {
+        engine,
+        transport: Box::new(t),
+        regions: Default::default(),
+        recv_dst: HashMap::new(),
+        send_src: HashMap::new(),
+        done: HashMap::new(),
+        boot,
+        next_ctx: 16,
+        start: std::time::Instant::now(),
+    })?;
+    let u = Universe { _not_send: std::marker::PhantomData };
+    // every rank has its rings mapped before anyone sends
+    u.world().barrier();
+    Ok(u)
+}
+
+impl Universe {
+    /// `MPI_COMM_WORLD`.
+    pub fn world(&self) -> SimpleCommunicator {
+        SimpleCommunicator::world()
+    }
+
+    /// Counters of which path sends took (direct write, eager, rendezvous).
+    pub fn stats(&self) -> matching::Stats {
+        progress::with(|s| s.engine.stats())
+    }
+
+    /// Attaches a buffer of `size` bytes for buffered sends (`MPI_Buffer_attach`).
+    pub fn buffer_attach(&self, size: usize) -> Result<()> {
+        progress::with(|s| s.engine.attach_buffer(size as u64)).map_err(Into::into)
+    }
+
+    /// Detaches the buffer, waiting until every buffered send has left
+    /// (`MPI_Buffer_detach`); returns its size.
+    pub fn buffer_detach(&self) -> Result<usize> {
+        loop {
+            let r = progress::with(|s| {
+                s.progress();
+                s.engine.detach_buffer()
+            })?;
+            if let Some(n) = r {
+                return Ok(n as usize);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Ends the whole job with `code` (`MPI_Abort`).
+    pub fn abort(&self, code: i32) -> ! {
+        progress::with(|s| s.boot.abort(code, &format!("rsmpi: rank {} called abort({code})", s.rank())))
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // a rank that panics ends the job: the others may be waiting for it
+            progress::with(|s| {
+                let msg = format!("rsmpi: rank {} panicked; ending the job", s.rank());
+                s.boot.abort(101, &msg)
+            });
+        }
+        // MPI_Finalize: finish outstanding traffic, then make sure no peer still
+        // needs our rings before unmapping them.
+        self.world().barrier();
+        progress::uninstall();
+    }
+}
+
+/// `MPI_Wtime`: seconds since an arbitrary point in the past.
+pub fn time() -> f64 {
+    progress::try_with(|s| s.start.elapsed().as_secs_f64()).unwrap_or_else(|_| {
+        static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+    })
+}
+
+/// `MPI_Wtick`: resolution of [`time`] in seconds.
+pub fn time_resolution() -> f64 {
+    1e-9
+}

@@ -1,0 +1,282 @@
+//! The progress engine: the process's one protocol engine, its transport, the lent
+//! buffers, and the loop that moves everything forward. Every call into the library
+//! runs it; nothing runs behind the caller's back.
+
+use crate::error::{Error, Result};
+use launcher::Boot;
+use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use transport::mem::{RegionHost, RegionId, Regions};
+use transport::{Rank, Transport, TransportError};
+
+pub(crate) fn to_matching(b: transport::RemoteBuf) -> matching::RemoteBuf {
+    matching::RemoteBuf { addr: b.addr, len: b.len, key: b.key }
+}
+
+fn to_transport(b: matching::RemoteBuf) -> transport::RemoteBuf {
+    transport::RemoteBuf { addr: b.addr, len: b.len, key: b.key }
+}
+
+/// Where a send's bytes are.
+pub(crate) enum SendSrc {
+    Region(RegionId),
+    /// A buffered send's copy.
+    Owned(Vec<u8>),
+}
+
+/// A completed request's result.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Done {
+    Recv(RecvOutcome),
+    Send(SendOutcome),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Key {
+    Recv(RecvId),
+    Send(SendId),
+}
+
+pub(crate) struct State {
+    pub engine: Engine,
+    pub transport: Box<dyn Transport>,
+    pub regions: Regions,
+    pub recv_dst: HashMap<RecvId, RegionId>,
+    pub send_src: HashMap<SendId, SendSrc>,
+    pub done: HashMap<Key, Done>,
+    pub boot: Boot,
+    pub next_ctx: u32,
+    pub start: std::time::Instant,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the library state. Panics with a clear message when MPI is not
+/// initialized on this thread; see `try_with`.
+pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    try_with(f).unwrap_or_else(|e| panic!("rsmpi: {e}"))
+}
+
+pub(crate) fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R> {
+    STATE.with(|s| {
+        let mut s = s.try_borrow_mut().expect("rsmpi is not reentrant");
+        s.as_mut().map(f).ok_or(Error::NotInitialized)
+    })
+}
+
+pub(crate) fn install(st: State) -> Result<()> {
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.is_some() {
+            return Err(Error::AlreadyInitialized);
+        }
+        *s = Some(st);
+        Ok(())
+    })
+}
+
+pub(crate) fn uninstall() -> Option<State> {
+    STATE.with(|s| s.borrow_mut().take())
+}
+
+impl State {
+    pub fn rank(&self) -> Rank {
+        self.engine.rank()
+    }
+
+    /// Ends the job: prints what went wrong on this rank and exits through the
+    /// launcher, which tears down the other ranks.
+    pub fn fatal(&mut self, call: &str, what: &dyn std::fmt::Display) -> ! {
+        let msg = format!("rsmpi: rank {}: {call}: {what}", self.rank());
+        self.boot.abort(1, &msg)
+    }
+
+    /// Polls the transport once and carries out everything the engine asks for.
+    /// Returns whether anything arrived.
+    pub fn progress(&mut self) -> bool {
+        let n = self.poll_incoming();
+        self.run_outputs();
+        n > 0
+    }
+
+    fn poll_incoming(&mut self) -> usize {
+        let State { engine, transport, regions, recv_dst, .. } = self;
+        let mut err = None;
+        let res = transport.poll(32, &mut |from, bytes| match engine.handle(from, bytes) {
+            Ok(Some(d)) => {
+                let dst = recv_dst.get(&d.recv).and_then(|r| regions.slice_mut(*r));
+                match dst {
+                    Some(dst) => dst[..d.range.len()].copy_from_slice(&bytes[d.range]),
+                    None => err = Some(format!("no buffer for receive {:?}", d.recv)),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => err = Some(e.to_string()),
+        });
+        if let Some(e) = err {
+            self.fatal("progress", &e);
+        }
+        match res {
+            Ok(n) => n,
+            Err(e) => self.fatal("poll", &e),
+        }
+    }
+
+    fn send_bytes<'a>(regions: &'a Regions, src: &'a HashMap<SendId, SendSrc>, s: SendId, len: u64) -> &'a [u8] {
+        let b = match &src[&s] {
+            SendSrc::Region(r) => regions.slice(*r).expect("lent send buffer"),
+            SendSrc::Owned(v) => v,
+        };
+        &b[..len as usize]
+    }
+
+    fn transmit(&mut self, to: Rank, header: &[u8], payload: Option<(SendId, u64)>) {
+        let mut spins = 0u32;
+        loop {
+            let State { transport, regions, send_src, .. } = self;
+            let bytes = payload.map_or(&[][..], |(s, len)| Self::send_bytes(regions, send_src, s, len));
+            match transport.try_send(to, header, bytes) {
+                Ok(()) => return,
+                Err(TransportError::Full(_)) => {
+                    // the peer's ring is full: drain ours so that it can drain its own
+                    self.poll_incoming();
+                    spins += 1;
+                    if spins > 64 {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => self.fatal("send", &e),
+            }
+        }
+    }
+
+    pub fn run_outputs(&mut self) {
+        while let Some(o) = self.engine.poll_output() {
+            match o {
+                Output::Transmit { to, header, payload } => self.transmit(to, header.as_bytes(), payload),
+                Output::Put { to, send, dst, len } => {
+                    let State { transport, regions, send_src, .. } = self;
+                    let bytes = Self::send_bytes(regions, send_src, send, len);
+                    if let Err(e) = transport.put(to, bytes, to_transport(dst), 0) {
+                        self.fatal("direct write", &e);
+                    }
+                }
+                Output::Get { xfer, from, src, len, into } => {
+                    let staged = match into {
+                        GetInto::Recv(r) => {
+                            let State { transport, regions, recv_dst, .. } = self;
+                            let dst = recv_dst.get(&r).and_then(|id| regions.slice_mut(*id));
+                            let Some(dst) = dst else { self.fatal("read", &"receive without buffer") };
+                            if let Err(e) = transport.get(from, &mut dst[..len as usize], to_transport(src), 0) {
+                                self.fatal("read", &e);
+                            }
+                            None
+                        }
+                        GetInto::Staging => {
+                            let mut v = vec![0; len as usize];
+                            if let Err(e) = self.transport.get(from, &mut v, to_transport(src), 0) {
+                                self.fatal("read", &e);
+                            }
+                            Some(v)
+                        }
+                    };
+                    if let Err(e) = self.engine.get_done(xfer, staged) {
+                        self.fatal("read", &e);
+                    }
+                }
+                Output::CopyIn { recv, data } => {
+                    let dst = self.recv_dst.get(&recv).and_then(|id| self.regions.slice_mut(*id));
+                    match dst {
+                        Some(dst) => dst[..data.len()].copy_from_slice(&data),
+                        None => self.fatal("copy", &"receive without buffer"),
+                    }
+                }
+                Output::RecvDone { recv, outcome } => {
+                    self.recv_dst.remove(&recv);
+                    self.done.insert(Key::Recv(recv), Done::Recv(outcome));
+                }
+                Output::SendDone { send, outcome } => {
+                    if matches!(self.send_src.get(&send), Some(SendSrc::Region(_))) {
+                        self.send_src.remove(&send);
+                    }
+                    self.done.insert(Key::Send(send), Done::Send(outcome));
+                }
+                Output::BufferFree { send } => {
+                    self.send_src.remove(&send);
+                }
+            }
+        }
+    }
+}
+
+/// Progresses until `key` completes; returns its result. Spins briefly, then yields
+/// the CPU between polls so that a peer on the same core can run.
+pub(crate) fn wait(key: Key) -> Done {
+    let mut idle = 0u32;
+    loop {
+        let (got, moved) = with(|s| {
+            let moved = s.progress();
+            (s.done.remove(&key), moved)
+        });
+        if let Some(d) = got {
+            return d;
+        }
+        idle = if moved { 0 } else { idle + 1 };
+        if idle > 100 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Progresses once; returns the result of `key` if it completed.
+pub(crate) fn test(key: Key) -> Option<Done> {
+    with(|s| {
+        s.progress();
+        s.done.remove(&key)
+    })
+}
+
+/// The host of lent buffers: the thread's library state.
+pub struct Host;
+
+/// The one host value (scopes borrow it for `'static`).
+pub static HOST: Host = Host;
+
+impl RegionHost for Host {
+    fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R {
+        with(|s| f(&mut s.regions))
+    }
+
+    /// Cancels every unfinished request that uses the scope's buffers and progresses
+    /// until each has completed or been cancelled, so no write can land after the
+    /// buffers are returned.
+    fn quiesce(&self, ids: &[RegionId]) {
+        if ids.is_empty() {
+            return;
+        }
+        let pending: Vec<Key> = with(|s| {
+            let recvs: Vec<Key> =
+                s.recv_dst.iter().filter(|(_, r)| ids.contains(r)).map(|(k, _)| Key::Recv(*k)).collect();
+            let sends: Vec<Key> = s
+                .send_src
+                .iter()
+                .filter(|(_, src)| matches!(src, SendSrc::Region(r) if ids.contains(r)))
+                .map(|(k, _)| Key::Send(*k))
+                .collect();
+            for k in recvs.iter().chain(&sends) {
+                let _ = match k {
+                    Key::Recv(r) => s.engine.cancel_recv(*r),
+                    Key::Send(x) => s.engine.cancel_send(*x),
+                };
+            }
+            s.run_outputs();
+            recvs.into_iter().chain(sends).collect()
+        });
+        for k in pending {
+            wait(k);
+        }
+    }
+}

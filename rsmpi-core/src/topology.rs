@@ -1,0 +1,568 @@
+//! Communicators, processes, and the point-to-point calls on them.
+
+use crate::datatype::{Buffer, BufferMut, Equivalence};
+use crate::error::{Error, Result};
+use crate::progress::{self, Key, SendSrc};
+use crate::request::{self, finish, Request, Scope};
+use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
+use transport::mem::RegionId;
+
+/// A rank within a communicator.
+pub type Rank = i32;
+/// A message tag.
+pub type Tag = i32;
+/// Largest valid tag (`MPI_TAG_UB`).
+pub const TAG_UB: Tag = matching::TAG_UB;
+/// `MPI_PROC_NULL`: sends to it and receives from it complete at once and move nothing.
+pub const PROC_NULL: Rank = -2;
+/// Context ids at and above this are internal (collectives of the communicator whose
+/// id is the low half).
+const INTERNAL: u32 = 1 << 31;
+
+/// What a receive or probe reports (`MPI_Status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub(crate) source: Rank,
+    pub(crate) tag: Tag,
+    pub(crate) len: u64,
+    pub(crate) cancelled: bool,
+}
+
+impl Status {
+    /// The rank that sent the message.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+    /// The message's tag.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+    /// The message length in bytes.
+    pub fn count_bytes(&self) -> u64 {
+        self.len
+    }
+    /// The number of `T` elements received (`MPI_Get_count`).
+    pub fn count<T: Equivalence>(&self) -> usize {
+        (self.len / std::mem::size_of::<T>().max(1) as u64) as usize
+    }
+    /// Whether a cancel won (`MPI_Test_cancelled`).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+    fn proc_null() -> Status {
+        Status { source: PROC_NULL, tag: -1, len: 0, cancelled: false }
+    }
+}
+
+/// The default error handler (`MPI_ERRORS_ARE_FATAL`): names the rank, the call and
+/// the cause, and ends the job.
+pub(crate) fn fail(call: &str, e: Error) -> ! {
+    match progress::try_with(|s| s.fatal(call, &e)) {
+        Ok(never) => never,
+        Err(_) => panic!("rsmpi: {call}: {e}"),
+    }
+}
+
+/// A communicator: a group of ranks with its own context, so that its traffic never
+/// matches receives of another communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimpleCommunicator {
+    ctx: u32,
+    rank: Rank,
+    size: Rank,
+}
+
+/// Result of [`SimpleCommunicator::compare`] (`MPI_Comm_compare`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommunicatorRelation {
+    Identical,
+    Congruent,
+    Similar,
+    Unequal,
+}
+
+impl SimpleCommunicator {
+    pub(crate) fn world() -> SimpleCommunicator {
+        progress::with(|s| SimpleCommunicator {
+            ctx: 0,
+            rank: s.engine.rank() as Rank,
+            size: s.engine.size() as Rank,
+        })
+    }
+
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    /// Number of ranks.
+    pub fn size(&self) -> Rank {
+        self.size
+    }
+    /// The process with rank `r` (send to it, receive from it).
+    pub fn process_at_rank(&self, r: Rank) -> Process {
+        Process { comm: *self, rank: r }
+    }
+    /// Any process (`MPI_ANY_SOURCE`), for receives and probes.
+    pub fn any_process(&self) -> AnyProcess {
+        AnyProcess { comm: *self }
+    }
+    /// A copy with a new context (`MPI_Comm_dup`). Collective.
+    pub fn duplicate(&self) -> SimpleCommunicator {
+        // contexts are allocated in the same order on every rank (collective calls),
+        // so a counter agrees everywhere; the barrier keeps ranks in step
+        self.barrier();
+        let ctx = progress::with(|s| {
+            s.next_ctx += 1;
+            s.next_ctx
+        });
+        SimpleCommunicator { ctx, ..*self }
+    }
+    /// `MPI_Comm_compare`.
+    pub fn compare(&self, other: &SimpleCommunicator) -> CommunicatorRelation {
+        if self.ctx == other.ctx {
+            CommunicatorRelation::Identical
+        } else if self.size == other.size && self.rank == other.rank {
+            CommunicatorRelation::Congruent
+        } else {
+            CommunicatorRelation::Unequal
+        }
+    }
+    /// Blocks until every rank of the communicator has called it (`MPI_Barrier`).
+    pub fn barrier(&self) {
+        let n = self.size;
+        let mut k = 1;
+        let mut round = 0;
+        let inner = SimpleCommunicator { ctx: self.ctx | INTERNAL, ..*self };
+        while k < n {
+            let to = inner.process_at_rank((self.rank + k) % n);
+            let from = inner.process_at_rank((self.rank - k + n) % n);
+            let mut token = [0u8; 0];
+            request::scope(|sc| {
+                let r = from.immediate_receive_into_with_tag(sc, &mut token[..], round);
+                to.send_with_tag(&[0u8; 0][..], round);
+                r.wait();
+            });
+            k *= 2;
+            round += 1;
+        }
+    }
+
+    fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
+        if r == PROC_NULL {
+            Ok(None)
+        } else if (0..self.size).contains(&r) {
+            Ok(Some(r as u32))
+        } else {
+            Err(Error::InvalidRank { rank: r, size: self.size })
+        }
+    }
+}
+
+fn check_tag(t: Tag) -> Result<()> {
+    if t < 0 {
+        Err(Error::InvalidTag(t))
+    } else {
+        Ok(())
+    }
+}
+
+/// One process of a communicator.
+#[derive(Clone, Copy, Debug)]
+pub struct Process {
+    comm: SimpleCommunicator,
+    rank: Rank,
+}
+
+/// Any process of a communicator (`MPI_ANY_SOURCE`).
+#[derive(Clone, Copy, Debug)]
+pub struct AnyProcess {
+    comm: SimpleCommunicator,
+}
+
+fn start_send(ctx: u32, dest: u32, tag: Tag, region: RegionId, mode: SendMode) -> Result<Key> {
+    progress::with(|s| {
+        let addr = s.regions.addr(region).expect("lent");
+        let len = s.regions.len(region).expect("lent");
+        let buf = s.transport.expose(addr, len);
+        let src = if mode == SendMode::Buffered {
+            SendSrc::Owned(s.regions.slice(region).expect("lent").to_vec())
+        } else {
+            SendSrc::Region(region)
+        };
+        let spec = SendSpec { dest, tag, ctx, len: len as u64, mode, buf: progress::to_matching(buf) };
+        let id = s.engine.start_send(spec)?;
+        s.send_src.insert(id, src);
+        s.run_outputs();
+        Ok(Key::Send(id))
+    })
+}
+
+fn start_recv(ctx: u32, source: Src, tag: TagSel, region: RegionId) -> Result<Key> {
+    progress::with(|s| {
+        let addr = s.regions.addr(region).expect("lent");
+        let len = s.regions.len(region).expect("lent");
+        let buf = s.transport.expose(addr, len);
+        let spec = RecvSpec { source, tag, ctx, capacity: len as u64, buf: Some(progress::to_matching(buf)) };
+        let id = s.engine.post_recv(spec)?;
+        s.recv_dst.insert(id, region);
+        s.run_outputs();
+        Ok(Key::Recv(id))
+    })
+}
+
+fn blocking_send(p: &Process, bytes: &[u8], tag: Tag, mode: SendMode) -> Result<()> {
+    let Some(dest) = p.comm.check_rank(p.rank)? else { return Ok(()) };
+    check_tag(tag)?;
+    request::scope(|sc| {
+        let region = sc.lend(bytes);
+        let key = start_send(p.comm.ctx, dest, tag, region, mode)?;
+        finish(progress::wait(key), 0, 0).map(|_| ())
+    })
+}
+
+fn blocking_recv(comm: &SimpleCommunicator, src: Src, tag: TagSel, bytes: &mut [u8], elem: usize) -> Result<Status> {
+    let cap = bytes.len() as u64;
+    request::scope(|sc| {
+        let region = sc.lend_mut(bytes);
+        let key = start_recv(comm.ctx, src, tag, region)?;
+        finish(progress::wait(key), cap, elem)
+    })
+}
+
+fn tagsel(tag: Option<Tag>) -> Result<TagSel> {
+    match tag {
+        None => Ok(TagSel::Any),
+        Some(t) => check_tag(t).map(|_| TagSel::Tag(t)),
+    }
+}
+
+/// The receive side, shared by [`Process`] and [`AnyProcess`].
+macro_rules! receive_methods {
+    () => {
+        /// Receives into `buf` with any tag; returns the status.
+        pub fn receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Status {
+            self.try_receive_into_tagged(buf, None).unwrap_or_else(|e| fail("receive", e))
+        }
+        /// Receives into `buf` a message with `tag`.
+        pub fn receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status {
+            self.try_receive_into_tagged(buf, Some(tag)).unwrap_or_else(|e| fail("receive", e))
+        }
+        /// [`Self::receive_into`] returning errors (truncation, bad rank or tag).
+        pub fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status> {
+            self.try_receive_into_tagged(buf, None)
+        }
+        /// [`Self::receive_into_with_tag`] returning errors.
+        pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Result<Status> {
+            self.try_receive_into_tagged(buf, Some(tag))
+        }
+        /// Receives one value.
+        pub fn receive<T: Equivalence>(&self) -> (T, Status) {
+            let mut v = T::zeroed();
+            let st = self.receive_into(&mut v);
+            (v, st)
+        }
+        /// Receives one value with `tag`.
+        pub fn receive_with_tag<T: Equivalence>(&self, tag: Tag) -> (T, Status) {
+            let mut v = T::zeroed();
+            let st = self.receive_into_with_tag(&mut v, tag);
+            (v, st)
+        }
+        /// Receives a message of any length into a new vector.
+        pub fn receive_vec<T: Equivalence>(&self) -> (Vec<T>, Status) {
+            self.try_receive_vec_tagged(None).unwrap_or_else(|e| fail("receive_vec", e))
+        }
+        /// Receives a message with `tag` of any length into a new vector.
+        pub fn receive_vec_with_tag<T: Equivalence>(&self, tag: Tag) -> (Vec<T>, Status) {
+            self.try_receive_vec_tagged(Some(tag)).unwrap_or_else(|e| fail("receive_vec", e))
+        }
+        /// [`Self::receive_vec`] returning errors.
+        pub fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status)> {
+            self.try_receive_vec_tagged(None)
+        }
+        /// Waits for a matching message without receiving it (`MPI_Probe`).
+        pub fn probe(&self) -> Status {
+            self.probe_tagged(None).unwrap_or_else(|e| fail("probe", e))
+        }
+        /// Waits for a matching message with `tag` (`MPI_Probe`).
+        pub fn probe_with_tag(&self, tag: Tag) -> Status {
+            self.probe_tagged(Some(tag)).unwrap_or_else(|e| fail("probe", e))
+        }
+        /// `MPI_Iprobe`.
+        pub fn immediate_probe(&self) -> Option<Status> {
+            self.iprobe_tagged(None).unwrap_or_else(|e| fail("iprobe", e))
+        }
+        /// `MPI_Iprobe` with a tag.
+        pub fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
+            self.iprobe_tagged(Some(tag)).unwrap_or_else(|e| fail("iprobe", e))
+        }
+        /// Waits for a matching message and takes it, so that only the returned
+        /// [`Message`] can receive it (`MPI_Mprobe`).
+        pub fn matched_probe(&self) -> (Message, Status) {
+            self.mprobe_tagged(None).unwrap_or_else(|e| fail("mprobe", e))
+        }
+        /// `MPI_Mprobe` with a tag.
+        pub fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
+            self.mprobe_tagged(Some(tag)).unwrap_or_else(|e| fail("mprobe", e))
+        }
+        /// Starts a receive into `buf`, completed by the returned request.
+        pub fn immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s mut B) -> Request<'s> {
+            self.try_immediate_receive_into_tagged(scope, buf, None).unwrap_or_else(|e| fail("irecv", e))
+        }
+        /// Starts a receive into `buf` of a message with `tag`.
+        pub fn immediate_receive_into_with_tag<'s, 'e, B: BufferMut + ?Sized>(
+            &self,
+            scope: &'s Scope<'s, 'e>,
+            buf: &'s mut B,
+            tag: Tag,
+        ) -> Request<'s> {
+            self.try_immediate_receive_into_tagged(scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
+        }
+
+        fn try_receive_vec_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<T>, Status)> {
+            let (msg, st) = self.mprobe_tagged(tag)?;
+            let size = std::mem::size_of::<T>();
+            if size > 0 && st.len % size as u64 != 0 {
+                return Err(Error::Count { len: st.len, size });
+            }
+            let mut v = vec![T::zeroed(); (st.len as usize).checked_div(size).unwrap_or(0)];
+            let st = msg.try_receive_into(&mut v[..])?;
+            Ok((v, st))
+        }
+
+        fn probe_tagged(&self, tag: Option<Tag>) -> Result<Status> {
+            let mut idle = 0u32;
+            loop {
+                if let Some(s) = self.iprobe_tagged(tag)? {
+                    return Ok(s);
+                }
+                idle += 1;
+                if idle > 100 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+
+        fn mprobe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status)> {
+            let (src, tag) = (self.source()?, tagsel(tag)?);
+            let Some(src) = src else { return Ok((Message { id: None, ctx: self.comm.ctx }, Status::proc_null())) };
+            let ctx = self.comm.ctx;
+            let mut idle = 0u32;
+            loop {
+                let got = progress::with(|s| {
+                    s.progress();
+                    s.engine.mprobe(src, tag, ctx)
+                });
+                if let Some((id, env)) = got {
+                    let st = Status { source: env.source as Rank, tag: env.tag, len: env.len, cancelled: false };
+                    return Ok((Message { id: Some(id), ctx }, st));
+                }
+                idle += 1;
+                if idle > 100 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+
+        fn iprobe_tagged(&self, tag: Option<Tag>) -> Result<Option<Status>> {
+            let (src, tag) = (self.source()?, tagsel(tag)?);
+            let Some(src) = src else { return Ok(Some(Status::proc_null())) };
+            let ctx = self.comm.ctx;
+            Ok(progress::with(|s| {
+                s.progress();
+                s.engine.probe(src, tag, ctx)
+            })
+            .map(|env| Status { source: env.source as Rank, tag: env.tag, len: env.len, cancelled: false }))
+        }
+
+        fn try_receive_into_tagged<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Option<Tag>) -> Result<Status> {
+            let (src, tag) = (self.source()?, tagsel(tag)?);
+            let Some(src) = src else { return Ok(Status::proc_null()) };
+            let elem = buf.elem_size();
+            blocking_recv(&self.comm, src, tag, buf.as_bytes_mut(), elem)
+        }
+
+        fn try_immediate_receive_into_tagged<'s, 'e, B: BufferMut + ?Sized>(
+            &self,
+            scope: &'s Scope<'s, 'e>,
+            buf: &'s mut B,
+            tag: Option<Tag>,
+        ) -> Result<Request<'s>> {
+            let (src, tag) = (self.source()?, tagsel(tag)?);
+            let elem = buf.elem_size();
+            let bytes = buf.as_bytes_mut();
+            let cap = bytes.len() as u64;
+            let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+            let region = scope.lend_mut(bytes);
+            let key = start_recv(self.comm.ctx, src, tag, region)?;
+            Ok(Request { key, capacity: cap, elem, _scope: std::marker::PhantomData })
+        }
+    };
+}
+
+/// A completed request for `PROC_NULL` operations.
+fn done_request<'s>(key: Key) -> Request<'s> {
+    progress::with(|s| {
+        s.done.insert(key, progress::Done::Recv(matching::RecvOutcome::Received {
+            source: PROC_NULL as u32,
+            tag: -1,
+            len: 0,
+            truncated_from: None,
+        }))
+    });
+    Request { key, capacity: 0, elem: 0, _scope: std::marker::PhantomData }
+}
+
+impl Process {
+    /// The rank of this process in its communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn source(&self) -> Result<Option<Src>> {
+        Ok(self.comm.check_rank(self.rank)?.map(Src::Rank))
+    }
+
+    receive_methods!();
+
+    fn send_mode<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag, mode: SendMode, call: &str) {
+        blocking_send(self, buf.as_bytes(), tag, mode).unwrap_or_else(|e| fail(call, e))
+    }
+
+    /// Standard-mode send with tag 0 (`MPI_Send`).
+    pub fn send<B: Buffer + ?Sized>(&self, buf: &B) {
+        self.send_mode(buf, 0, SendMode::Standard, "send")
+    }
+    /// Standard-mode send (`MPI_Send`).
+    pub fn send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        self.send_mode(buf, tag, SendMode::Standard, "send")
+    }
+    /// [`Self::send_with_tag`] returning errors.
+    pub fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(self, buf.as_bytes(), tag, SendMode::Standard)
+    }
+    /// Synchronous send: returns once a receive matched (`MPI_Ssend`).
+    pub fn synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        self.send_mode(buf, 0, SendMode::Synchronous, "ssend")
+    }
+    /// `MPI_Ssend` with a tag.
+    pub fn synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        self.send_mode(buf, tag, SendMode::Synchronous, "ssend")
+    }
+    /// Ready send (`MPI_Rsend`): the receive must be posted already.
+    pub fn ready_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        self.send_mode(buf, 0, SendMode::Ready, "rsend")
+    }
+    /// `MPI_Rsend` with a tag.
+    pub fn ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        self.send_mode(buf, tag, SendMode::Ready, "rsend")
+    }
+    /// [`Self::ready_send_with_tag`] returning errors ([`Error::NoReceivePosted`]).
+    pub fn try_ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(self, buf.as_bytes(), tag, SendMode::Ready)
+    }
+    /// Buffered send (`MPI_Bsend`) through the attached buffer.
+    pub fn buffered_send<B: Buffer + ?Sized>(&self, buf: &B) {
+        self.send_mode(buf, 0, SendMode::Buffered, "bsend")
+    }
+    /// `MPI_Bsend` with a tag.
+    pub fn buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        self.send_mode(buf, tag, SendMode::Buffered, "bsend")
+    }
+    /// [`Self::buffered_send_with_tag`] returning errors.
+    pub fn try_buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(self, buf.as_bytes(), tag, SendMode::Buffered)
+    }
+
+    fn immediate<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag, mode: SendMode) -> Result<Request<'s>> {
+        let Some(dest) = self.comm.check_rank(self.rank)? else {
+            return Ok(done_request(Key::Recv(matching::RecvId(0))));
+        };
+        check_tag(tag)?;
+        let region = scope.lend(buf.as_bytes());
+        let key = start_send(self.comm.ctx, dest, tag, region, mode)?;
+        Ok(Request { key, capacity: 0, elem: 0, _scope: std::marker::PhantomData })
+    }
+    /// Starts a standard-mode send with tag 0 (`MPI_Isend`).
+    pub fn immediate_send<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B) -> Request<'s> {
+        self.immediate(scope, buf, 0, SendMode::Standard).unwrap_or_else(|e| fail("isend", e))
+    }
+    /// `MPI_Isend`.
+    pub fn immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag) -> Request<'s> {
+        self.immediate(scope, buf, tag, SendMode::Standard).unwrap_or_else(|e| fail("isend", e))
+    }
+    /// `MPI_Issend`.
+    pub fn immediate_synchronous_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+        tag: Tag,
+    ) -> Request<'s> {
+        self.immediate(scope, buf, tag, SendMode::Synchronous).unwrap_or_else(|e| fail("issend", e))
+    }
+    /// `MPI_Irsend`.
+    pub fn immediate_ready_send_with_tag<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag) -> Request<'s> {
+        self.immediate(scope, buf, tag, SendMode::Ready).unwrap_or_else(|e| fail("irsend", e))
+    }
+}
+
+impl AnyProcess {
+    fn source(&self) -> Result<Option<Src>> {
+        Ok(Some(Src::Any))
+    }
+
+    receive_methods!();
+}
+
+/// A message taken by a matched probe; only [`Message::receive_into`] receives it.
+#[derive(Debug)]
+#[must_use = "a matched message must be received"]
+pub struct Message {
+    id: Option<matching::MsgId>,
+    ctx: u32,
+}
+
+impl Message {
+    /// Receives the message into `buf` (`MPI_Mrecv`).
+    pub fn receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
+        self.try_receive_into(buf).unwrap_or_else(|e| fail("mrecv", e))
+    }
+
+    /// [`Self::receive_into`] returning errors.
+    pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
+        let Some(id) = self.id else { return Ok(Status::proc_null()) };
+        let _ = self.ctx;
+        let elem = buf.elem_size();
+        let bytes = buf.as_bytes_mut();
+        let cap = bytes.len() as u64;
+        request::scope(|sc| {
+            let region = sc.lend_mut(bytes);
+            let key = progress::with(|s| -> Result<Key> {
+                let r = s.engine.mrecv(id, cap)?;
+                s.recv_dst.insert(r, region);
+                s.run_outputs();
+                Ok(Key::Recv(r))
+            })?;
+            finish(progress::wait(key), cap, elem)
+        })
+    }
+}
+
+impl SimpleCommunicator {
+    /// Sends `sbuf` to `dest` and receives into `rbuf` from `source`, without
+    /// deadlocking against a matching `sendrecv` (`MPI_Sendrecv`).
+    pub fn sendrecv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sbuf: &S,
+        dest: Rank,
+        stag: Tag,
+        rbuf: &mut R,
+        source: Rank,
+        rtag: Tag,
+    ) -> Status {
+        request::scope(|sc| {
+            let r = self.process_at_rank(source).immediate_receive_into_with_tag(sc, rbuf, rtag);
+            self.process_at_rank(dest).send_with_tag(sbuf, stag);
+            r.wait()
+        })
+    }
+}

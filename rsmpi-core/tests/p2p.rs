@@ -1,0 +1,302 @@
+//! Multi-process tests: each test re-runs this test binary as the ranks of a real job
+//! started by the launcher (`launcher::run`), with the test's own name as filter.
+
+use rsmpi::request;
+use rsmpi::{ErrorClass, Error};
+use std::time::{Duration, Instant};
+
+/// Runs `body` on `n` ranks of a real job; in the parent, asserts the job succeeded.
+fn job(n: u32, name: &str, body: fn(&rsmpi::Universe)) {
+    if std::env::var_os("RSMPI_RANK").is_some() {
+        let u = rsmpi::initialize().expect("init");
+        body(&u);
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut j = launcher::Job::new(n, exe, ["--exact", name, "--nocapture", "--test-threads=1"]);
+    j.timeout = Some(Duration::from_secs(60));
+    j.prefix_output = true;
+    assert_eq!(launcher::run(&j).unwrap(), 0, "job {name} on {n} ranks failed");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn sizes_across_the_eager_limit() {
+    job(2, "sizes_across_the_eager_limit", |u| {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        for (i, len) in [0usize, 1, 8191, 8192, 8193, 65536, 1 << 20, 3 << 20].into_iter().enumerate() {
+            let tag = i as i32;
+            if w.rank() == 0 {
+                peer.send_with_tag(&pattern(len, 7)[..], tag);
+                let (v, st) = peer.receive_vec_with_tag::<u8>(tag);
+                assert_eq!((st.source_rank(), st.tag(), st.count_bytes()), (1, tag, len as u64));
+                assert_eq!(v, pattern(len, 9));
+            } else {
+                let mut buf = vec![0u8; len];
+                let st = peer.receive_into_with_tag(&mut buf[..], tag);
+                assert_eq!((st.source_rank(), st.count::<u8>()), (0, len));
+                assert_eq!(buf, pattern(len, 7));
+                peer.send_with_tag(&pattern(len, 9)[..], tag);
+            }
+        }
+    });
+}
+
+#[test]
+fn preposted_receives_take_the_one_sided_path() {
+    job(2, "preposted_receives_take_the_one_sided_path", |u| {
+        let w = u.world();
+        const N: usize = 50;
+        if w.rank() == 1 {
+            let mut bufs = vec![[0u64; 16]; N];
+            request::scope(|sc| {
+                let reqs: Vec<_> = bufs
+                    .iter_mut()
+                    .map(|b| w.process_at_rank(0).immediate_receive_into_with_tag(sc, &mut b[..], 3))
+                    .collect();
+                w.barrier();
+                // do not call into the library while rank 0 sends
+                std::thread::sleep(Duration::from_millis(800));
+                for (i, r) in reqs.into_iter().enumerate() {
+                    let st = r.wait();
+                    assert_eq!((st.source_rank(), st.tag(), st.count::<u64>()), (0, 3, 16), "receive {i}");
+                }
+            });
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(b, &[i as u64; 16]);
+            }
+            w.process_at_rank(0).send(&0u8);
+        } else {
+            w.barrier();
+            let t = Instant::now();
+            for i in 0..N {
+                w.process_at_rank(1).send_with_tag(&[i as u64; 16][..], 3);
+            }
+            let took = t.elapsed();
+            let s = u.stats();
+            assert_eq!(s.direct_writes, N as u64, "every send should be a direct write: {s}");
+            assert!(took < Duration::from_millis(500), "sends waited for the sleeping receiver: {took:?}");
+            let _: (u8, _) = w.process_at_rank(1).receive();
+        }
+    });
+}
+
+#[test]
+fn wildcards_report_the_real_source_and_tag() {
+    job(3, "wildcards_report_the_real_source_and_tag", |u| {
+        let w = u.world();
+        if w.rank() == 0 {
+            let mut seen = vec![];
+            for _ in 0..4 {
+                let (v, st) = w.any_process().receive::<i32>();
+                assert_eq!(v, st.source_rank() * 100 + st.tag());
+                seen.push((st.source_rank(), st.tag()));
+            }
+            seen.sort();
+            assert_eq!(seen, vec![(1, 5), (1, 6), (2, 5), (2, 6)]);
+            w.barrier();
+            // ANY_SOURCE with a specific tag, then ANY_TAG from a specific source
+            let (v, st) = w.any_process().receive_with_tag::<i32>(9);
+            assert_eq!((v, st.tag()), (st.source_rank() * 100 + 9, 9));
+            let other = 3 - st.source_rank();
+            let (v, st) = w.process_at_rank(other).receive::<i32>();
+            assert_eq!((v, st.source_rank(), st.tag()), (other * 100 + 9, other, 9));
+        } else {
+            let to = w.process_at_rank(0);
+            for tag in [5, 6] {
+                to.send_with_tag(&(w.rank() * 100 + tag), tag);
+            }
+            w.barrier();
+            to.send_with_tag(&(w.rank() * 100 + 9), 9);
+        }
+    });
+}
+
+#[test]
+fn non_overtaking_and_probe() {
+    job(2, "non_overtaking_and_probe", |u| {
+        let w = u.world();
+        if w.rank() == 0 {
+            for i in 0..200u32 {
+                w.process_at_rank(1).send_with_tag(&i, (i % 3) as i32);
+            }
+        } else {
+            let p = w.process_at_rank(0);
+            let st = p.probe();
+            assert_eq!((st.source_rank(), st.tag(), st.count::<u32>()), (0, 0, 1));
+            let (msg, st) = p.matched_probe();
+            let mut v = 0u32;
+            msg.receive_into(&mut v);
+            assert_eq!((v, st.tag()), (0, 0));
+            // the rest in order per tag, and overall in order with ANY_TAG
+            let mut next = 1;
+            while next < 200 {
+                let (v, st) = p.receive::<u32>();
+                assert_eq!((v, st.tag()), (next, (next % 3) as i32));
+                next += 1;
+            }
+            assert!(p.immediate_probe().is_none());
+        }
+    });
+}
+
+#[test]
+fn errors_are_reported_and_nothing_is_lost() {
+    job(2, "errors_are_reported_and_nothing_is_lost", |u| {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        let e = w.process_at_rank(5).try_send_with_tag(&1u8, 0).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Rank);
+        let e = peer.try_send_with_tag(&1u8, -3).unwrap_err();
+        assert_eq!(e, Error::InvalidTag(-3));
+        if w.rank() == 0 {
+            // truncation: 16 bytes into an 8-byte buffer
+            let mut small = [0u8; 8];
+            let e = peer.try_receive_into_with_tag(&mut small[..], 1).unwrap_err();
+            assert_eq!(e, Error::Truncated { len: 16, capacity: 8 });
+            assert_eq!(small, [7u8; 8]);
+            // a message that is not a whole number of elements
+            let mut words = [0u32; 4];
+            let e = peer.try_receive_into_with_tag(&mut words[..], 2).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Count);
+            // the next message is intact
+            let (v, _) = peer.receive_with_tag::<u64>(3);
+            assert_eq!(v, 42);
+            w.barrier();
+            // ready send with no receive posted is an error, and is not delivered
+            let e = peer.try_ready_send_with_tag(&1u64, 4).unwrap_err();
+            assert_eq!(e, Error::NoReceivePosted);
+            w.barrier();
+            peer.send_with_tag(&2u64, 4);
+        } else {
+            peer.send_with_tag(&[7u8; 16][..], 1);
+            peer.send_with_tag(&[1u8; 5][..], 2);
+            peer.send_with_tag(&42u64, 3);
+            w.barrier();
+            w.barrier();
+            let (v, _) = peer.receive_with_tag::<u64>(4);
+            assert_eq!(v, 2, "the failed ready send must not be delivered");
+        }
+    });
+}
+
+#[test]
+fn modes_and_communicators() {
+    job(2, "modes_and_communicators", |u| {
+        let w = u.world();
+        let d = w.duplicate();
+        assert_eq!(w.compare(&d), rsmpi::CommunicatorRelation::Congruent);
+        let peer = w.process_at_rank(1 - w.rank());
+        let dpeer = d.process_at_rank(1 - w.rank());
+        if w.rank() == 0 {
+            // same tag on two communicators: each message stays in its own
+            dpeer.send_with_tag(&1i32, 0);
+            peer.send_with_tag(&2i32, 0);
+            peer.synchronous_send_with_tag(&3i32, 1);
+            u.buffer_attach(64).unwrap();
+            peer.buffered_send_with_tag(&[4u8; 32][..], 2);
+            let e = peer.try_buffered_send_with_tag(&[0u8; 100][..], 2).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Buffer);
+            assert_eq!(u.buffer_detach().unwrap(), 64);
+            let mut x = 0i32;
+            let st = w.sendrecv(&10i32, 1, 5, &mut x, 1, 6);
+            assert_eq!((x, st.tag()), (11, 6));
+            // PROC_NULL
+            let st = w.process_at_rank(rsmpi::PROC_NULL).receive_into(&mut x);
+            assert_eq!(st.source_rank(), rsmpi::PROC_NULL);
+            w.process_at_rank(rsmpi::PROC_NULL).send(&x);
+        } else {
+            let (a, _) = peer.receive_with_tag::<i32>(0);
+            let (b, _) = dpeer.receive_with_tag::<i32>(0);
+            assert_eq!((a, b), (2, 1));
+            let (c, _) = peer.receive_with_tag::<i32>(1);
+            assert_eq!(c, 3);
+            let (v, _) = peer.receive_vec_with_tag::<u8>(2);
+            assert_eq!(v, vec![4u8; 32]);
+            let mut x = 0i32;
+            let st = w.sendrecv(&11i32, 0, 6, &mut x, 0, 5);
+            assert_eq!((x, st.tag()), (10, 5));
+        }
+    });
+}
+
+#[test]
+fn cancel_a_posted_receive() {
+    job(2, "cancel_a_posted_receive", |u| {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        if w.rank() == 1 {
+            let mut a = 0u32;
+            let mut b = 0u32;
+            request::scope(|sc| {
+                let ra = peer.immediate_receive_into_with_tag(sc, &mut a, 1);
+                let rb = peer.immediate_receive_into_with_tag(sc, &mut b, 2);
+                ra.cancel();
+                assert!(ra.wait().is_cancelled());
+                w.barrier();
+                let st = rb.wait();
+                assert!(!st.is_cancelled());
+            });
+            assert_eq!(b, 22);
+            let (v, _) = peer.receive_with_tag::<u32>(1);
+            assert_eq!(v, 11, "the message for the cancelled receive goes to the next one");
+        } else {
+            w.barrier();
+            peer.send_with_tag(&11u32, 1);
+            peer.send_with_tag(&22u32, 2);
+        }
+    });
+}
+
+#[test]
+fn ring_on_four_ranks_oversubscribed() {
+    job(4, "ring_on_four_ranks_oversubscribed", |u| {
+        let w = u.world();
+        let n = w.size();
+        let next = w.process_at_rank((w.rank() + 1) % n);
+        let prev = w.process_at_rank((w.rank() + n - 1) % n);
+        for round in 0..100 {
+            let out = vec![w.rank() as u64 * 1000 + round; 100];
+            let mut got = vec![0u64; 100];
+            request::scope(|sc| {
+                let r = prev.immediate_receive_into_with_tag(sc, &mut got[..], 0);
+                let s = next.immediate_send_with_tag(sc, &out[..], 0);
+                s.wait();
+                r.wait();
+            });
+            assert_eq!(got, vec![((w.rank() + n - 1) % n) as u64 * 1000 + round; 100]);
+        }
+        w.barrier();
+    });
+}
+
+#[test]
+fn a_panicking_rank_ends_the_job() {
+    if std::env::var_os("RSMPI_RANK").is_some() {
+        let u = rsmpi::initialize().unwrap();
+        let w = u.world();
+        if w.rank() == 1 {
+            panic!("deliberate");
+        }
+        // rank 0 blocks in a receive that never completes
+        let _: (u8, _) = w.process_at_rank(1).receive();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut j = launcher::Job::new(2, exe, ["--exact", "a_panicking_rank_ends_the_job", "--test-threads=1"]);
+    j.timeout = Some(Duration::from_secs(60));
+    let t = Instant::now();
+    let code = launcher::run(&j).unwrap();
+    assert_ne!(code, 0);
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("rsmpi-{}-", std::process::id())))
+        .collect();
+    assert!(left.is_empty(), "segments left: {left:?}");
+}

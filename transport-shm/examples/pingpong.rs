@@ -1,0 +1,171 @@
+//! One-way latency of 8-byte messages over the shared-memory rings, measured by
+//! ping-pong between two processes (this binary re-executed as rank 0 and rank 1).
+//!
+//! ```text
+//! cargo run --release -p rsmpi-transport-shm --example pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw]
+//! ```
+//!
+//! `--raw` additionally measures the floor under the same conditions: two threads
+//! bouncing one cache-line-sized atomic counter (no ring, no transport).
+//!
+//! Prints the median over RUNS (default 15) of the one-way latency, i.e. the time of
+//! ROUND_TRIPS (default 20 000) round trips divided by twice their number. By default
+//! rank r is pinned to CPU r.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use transport::{Rank, Transport};
+use transport_shm::testing::{cleanup_job, new_job, FileExchange};
+use transport_shm::ShmTransport;
+
+const ENV: &str = "RSMPI_PINGPONG";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let pin = !args.iter().any(|a| a == "--no-pin");
+    let nums: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let iters = nums.first().copied().unwrap_or(20_000);
+    let runs = nums.get(1).copied().unwrap_or(15) as usize;
+
+    if let Ok(spec) = std::env::var(ENV) {
+        // Child: "rank dir job".
+        let mut it = spec.splitn(3, ' ');
+        let rank: Rank = it.next().unwrap().parse().unwrap();
+        let dir = it.next().unwrap().to_owned();
+        let job = it.next().unwrap().to_owned();
+        if pin {
+            pin_to(rank as usize);
+        }
+        let mut t = ShmTransport::new(&mut FileExchange::new(dir, rank, 2, job)).unwrap();
+        return ping_pong(&mut t, iters, runs);
+    }
+
+    if args.iter().any(|a| a == "--raw") {
+        raw_ping_pong(iters, runs, pin);
+    }
+    let (job, dir) = new_job("pingpong");
+    let exe = std::env::current_exe().unwrap();
+    let mut kids: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(&exe)
+                .args(args.iter().filter(|a| *a != "--raw"))
+                .env(ENV, format!("{r} {} {job}", dir.display()))
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let ok = kids
+        .iter_mut()
+        .all(|k| k.wait().map(|s| s.success()).unwrap_or(false));
+    cleanup_job(&job, &dir);
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize) {
+    let me = t.rank();
+    let peer = 1 - me;
+    let msg = [0u8; 8];
+    let wait_one = |t: &mut ShmTransport| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut spins = 0u32;
+        loop {
+            if t.poll(1, &mut |_, m| assert_eq!(m.len(), 8)).unwrap() == 1 {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if spins > 2_000 {
+                // Probably sharing a core with the peer (or others): let it run.
+                std::thread::yield_now();
+                if spins % 1024 == 0 && Instant::now() > deadline {
+                    panic!("rank {me}: peer stopped answering");
+                }
+            }
+        }
+    };
+    let mut one_way = Vec::with_capacity(runs);
+    // Run 0 is a warm-up (page faults, caches) and is not counted.
+    for run in 0..=runs {
+        let start = Instant::now();
+        for _ in 0..iters {
+            if me == 0 {
+                t.try_send(peer, &[], &msg).unwrap();
+                wait_one(t);
+            } else {
+                wait_one(t);
+                t.try_send(peer, &[], &msg).unwrap();
+            }
+        }
+        if run > 0 {
+            one_way.push(start.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
+        }
+    }
+    if me == 0 {
+        one_way.sort_by(f64::total_cmp);
+        let med = one_way[one_way.len() / 2];
+        println!(
+            "shm ping-pong, 8 B: one-way latency median {med:.1} ns over {runs} runs of {iters} round trips \
+             (min {:.1} ns, max {:.1} ns)",
+            one_way[0],
+            one_way[one_way.len() - 1]
+        );
+    }
+}
+
+fn pin_to(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    set.set(cpu % cpus);
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
+/// The hardware floor: one 8-byte counter on its own cache line, bounced between two
+/// threads (each waits for the other's value, then writes the next one).
+fn raw_ping_pong(iters: u64, runs: usize, pin: bool) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let line = crossbeam_utils::CachePadded::new(AtomicU64::new(0));
+    let mut one_way = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if pin {
+                pin_to(1);
+            }
+            for i in 0..(runs as u64 + 1) * iters {
+                let mut spins = 0u32;
+                while line.load(Ordering::Acquire) != 2 * i + 1 {
+                    spins += 1;
+                    if spins > 2_000 {
+                        std::thread::yield_now();
+                    }
+                }
+                line.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        if pin {
+            pin_to(0);
+        }
+        for run in 0..=runs as u64 {
+            let start = Instant::now();
+            for j in 0..iters {
+                let i = run * iters + j;
+                line.store(2 * i + 1, Ordering::Release);
+                let mut spins = 0u32;
+                while line.load(Ordering::Acquire) != 2 * i + 2 {
+                    spins += 1;
+                    if spins > 2_000 {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            if run > 0 {
+                one_way.push(start.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
+            }
+        }
+    });
+    one_way.sort_by(f64::total_cmp);
+    println!(
+        "raw cache-line ping-pong: one-way latency median {:.1} ns over {runs} runs (min {:.1} ns)",
+        one_way[one_way.len() / 2],
+        one_way[0]
+    );
+}

@@ -1,0 +1,497 @@
+//! The shared-memory transport of rsmpi: ranks on one node talk through per-sender
+//! single-producer/single-consumer byte rings in `/dev/shm`, and move large data
+//! one-sidedly with cross-memory attach (`process_vm_writev` / `process_vm_readv`).
+//!
+//! ```no_run
+//! use transport::Transport;
+//! use transport_shm::ShmTransport;
+//!
+//! # fn demo(ex: &mut dyn transport::Exchange) -> Result<(), transport::TransportError> {
+//! // `ex` is the launcher's start-up exchange (every rank of the job calls `new`).
+//! let mut t = ShmTransport::new(ex)?;
+//! let me = t.rank();
+//! t.try_send(me, b"hello ", b"self")?;
+//! t.poll(16, &mut |from, msg| println!("{from}: {}", String::from_utf8_lossy(msg)))?;
+//!
+//! // One-sided: expose a buffer, advertise the descriptor, let a peer put into it.
+//! let mut buf = vec![0u8; 1 << 20];
+//! let desc = t.expose(buf.as_mut_ptr() as usize, buf.len());
+//! t.put(me, b"written by CMA", desc, 0)?;
+//! assert_eq!(&buf[..14], b"written by CMA");
+//! # Ok(()) }
+//! ```
+//!
+//! # Start-up
+//!
+//! Every rank creates one segment it owns, `/dev/shm/rsmpi-{job_id}-{rank}` (created
+//! with `O_EXCL`, mode `0600`), holding its **inbound** rings: one per sender rank,
+//! itself included. It publishes its pid (`shm.pid`) and the address of its segment
+//! header (`shm.probe`), fences, maps every peer's segment, checks its header, and reads
+//! 8 bytes of each peer's header with `process_vm_readv` to find out whether CMA works
+//! (it may be forbidden by Yama or seccomp; then [`Caps::put`]/[`Caps::get`] are `false`).
+//! After a second fence everyone has mapped everything, and each rank unlinks its own
+//! segment file, so a crash leaves nothing behind in `/dev/shm`.
+//!
+//! # Segment layout
+//!
+//! ```text
+//! offset 0      segment header (128 B): magic "rsmpiSHM", version, nranks, owner,
+//!               ring_bytes, max_ctrl
+//! offset 128    ring 0   = inbound ring written by rank 0
+//! + RING_STRIDE ring 1   = inbound ring written by rank 1
+//! ...
+//! ring:  [ control block, 128 B: head (CachePadded<AtomicU64>, consumer-written) ]
+//!        [ data: RING_BYTES = 2 MiB, a byte ring of 64-byte-aligned records     ]
+//! ```
+//!
+//! A **record** starts on a 64-byte line with an 8-byte header word, followed by the
+//! message bytes (`header ++ payload` of `try_send`), padded to a multiple of 64 bytes:
+//!
+//! ```text
+//! header word: | seq: 47 bits = stream position / 64 | PAD | VALID | len: 15 bits |
+//! ```
+//!
+//! Positions are monotonic byte counters (`offset = pos % RING_BYTES`); records never
+//! wrap: when one does not fit before the end of the data area, a PAD record covers the
+//! rest of the lap and the record starts at offset 0.
+//!
+//! **Producer** (the sender, in the receiver's segment): keeps its `tail` and a cached
+//! copy of the consumer's `head` locally. If the record (plus a pad) fits in
+//! `RING_BYTES - (tail - head_cache)` it writes the message bytes, then stores the header
+//! word with `Release`. Only when the ring looks full does it re-read `head` (`Acquire`),
+//! the only time it touches the consumer's cache line.
+//!
+//! **Consumer** (the owner of the segment): loads the header word at its `head`
+//! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
+//! so an empty poll reads one cache line, and an 8..56-byte message is delivered with
+//! one cache-line transfer. After the callback returns it clears the first word of every
+//! *interior* line of the record (so that payload bytes can never be mistaken for a
+//! header in a later lap, where any line may start a record; stale headers are harmless
+//! because their sequence number is from an earlier lap), then publishes the new `head`
+//! with `Release`. The producer writes only the data area and the header words; the
+//! consumer writes only `head` and the interior clears, all ordered by `head`.
+//!
+//! # Capabilities
+//!
+//! * [`Caps::max_ctrl`] = [`MAX_CTRL`] = 16 KiB + 120 bytes (a maximum record is 258 lines).
+//! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 125: that many messages of *any* sizes up
+//!   to `max_ctrl` always fit in a ring at once (`(125 + 2 pads) * max record <= 2 MiB`).
+//!   Smaller messages fit in larger numbers (up to 32 767 one-line records).
+//! * `put`/`get`: `true` when the CMA probe succeeded with every peer.
+//!
+//! # One-sided
+//!
+//! Shared memory needs no registration: [`Transport::expose`] returns the address with
+//! key 0. `put`/`get` check the bounds with [`transport::check_bounds`], then call
+//! `process_vm_writev`/`process_vm_readv` on the peer's pid (also for `peer == self`,
+//! which lets the kernel validate the address), looping over partial transfers. A peer
+//! that has exited gives [`TransportError::PeerGone`]. CMA is synchronous, so a `put`
+//! is visible before any later control message.
+//!
+//! # Failure
+//!
+//! `poll` cannot notice that a peer died (its ring simply stays empty), and `try_send`
+//! to a dead peer succeeds until its ring is full. Callers that wait need timeouts;
+//! `put`/`get` and [`ShmTransport::peer_alive`] report dead peers.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cma;
+mod ring;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::{Mode, OFlags};
+use transport::{check_bounds, Caps, Exchange, Rank, RemoteBuf, Transport, TransportError};
+
+use ring::{segment_len, Consumer, Producer, SegmentView};
+pub use ring::{CTRL_SLOTS, MAX_CTRL, RING_BYTES};
+
+/// Exchange key under which each rank publishes its pid (decimal).
+pub const KEY_PID: &str = "shm.pid";
+/// Exchange key under which each rank publishes the address of its segment header
+/// (decimal), which peers read with CMA to check that CMA works.
+pub const KEY_PROBE: &str = "shm.probe";
+
+/// Path of the segment owned by `rank` of job `job_id`.
+pub fn segment_path(job_id: &str, rank: Rank) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/rsmpi-{job_id}-{rank}"))
+}
+
+fn os(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> TransportError {
+    move |e| TransportError::Os {
+        call,
+        source: e.into(),
+    }
+}
+
+fn os_io(call: &'static str) -> impl FnOnce(io::Error) -> TransportError {
+    move |source| TransportError::Os { call, source }
+}
+
+/// The name of this rank's segment in `/dev/shm`: unlinked on drop unless already done.
+struct SegmentName {
+    path: PathBuf,
+    linked: bool,
+}
+
+impl SegmentName {
+    fn unlink(&mut self) -> Result<(), TransportError> {
+        if self.linked {
+            self.linked = false;
+            rustix::fs::unlink(&self.path).map_err(os("unlink of the shm segment"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SegmentName {
+    fn drop(&mut self) {
+        let _ = self.unlink();
+    }
+}
+
+/// This rank's own segment: its mapping and its name.
+struct OwnSegment {
+    map: MmapRaw,
+    name: SegmentName,
+}
+
+impl OwnSegment {
+    fn create(path: PathBuf, len: usize) -> Result<Self, TransportError> {
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::RUSR | Mode::WUSR,
+        )
+        .map_err(os("open(O_CREAT|O_EXCL) of the shm segment"))?;
+        // From here on the file exists: `name` removes it if anything below fails.
+        let name = SegmentName { path, linked: true };
+        let file = File::from(fd);
+        // The umask can only clear bits; make the mode exactly 0600 regardless.
+        rustix::fs::fchmod(&file, Mode::RUSR | Mode::WUSR).map_err(os("fchmod"))?;
+        rustix::fs::ftruncate(&file, len as u64).map_err(os("ftruncate"))?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(os_io("mmap"))?;
+        Ok(Self { map, name })
+    }
+}
+
+fn map_peer(path: &Path, len: usize) -> Result<MmapRaw, TransportError> {
+    let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+        .map_err(os("open of a peer's shm segment"))?;
+    let st = rustix::fs::fstat(&fd).map_err(os("fstat"))?;
+    if st.st_size as u64 != len as u64 {
+        return Err(TransportError::Exchange(format!(
+            "{} has {} bytes, expected {len}",
+            path.display(),
+            st.st_size
+        )));
+    }
+    MmapOptions::new()
+        .len(len)
+        .map_raw(&File::from(fd))
+        .map_err(os_io("mmap"))
+}
+
+fn view(map: &MmapRaw, nranks: u32) -> SegmentView {
+    assert_eq!(map.len(), segment_len(nranks));
+    let base = NonNull::new(map.as_mut_ptr()).expect("mmap returned null");
+    // SAFETY: the mapping is page-aligned and exactly segment_len(nranks) bytes long.
+    // It is stored in the ShmTransport next to every view/ring derived from it and is
+    // only unmapped when the transport drops (never moved out), so it outlives them.
+    // Other processes touch it only through the ring protocol.
+    unsafe { SegmentView::from_raw(base, nranks) }
+}
+
+/// `buf.addr + offset`, or `OutOfBounds` for a descriptor that wraps the address space.
+fn remote_addr(buf: &RemoteBuf, offset: u64) -> Result<u64, TransportError> {
+    buf.addr
+        .checked_add(buf.len)
+        .and(buf.addr.checked_add(offset))
+        .ok_or(TransportError::OutOfBounds {
+            offset,
+            len: 0,
+            limit: buf.len,
+        })
+}
+
+fn lookup_u64(ex: &mut dyn Exchange, rank: Rank, key: &str) -> Result<u64, TransportError> {
+    let v = ex.lookup(rank, key)?;
+    std::str::from_utf8(&v)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| {
+            TransportError::Exchange(format!("rank {rank} published a bad {key}: {v:?}"))
+        })
+}
+
+/// The shared-memory [`Transport`]; see the crate docs.
+pub struct ShmTransport {
+    rank: Rank,
+    size: u32,
+    /// `producers[p]` writes into ring `rank` of rank p's segment.
+    producers: Vec<Producer>,
+    /// `consumers[s]` reads ring `s` of our own segment.
+    consumers: Vec<Consumer>,
+    /// Round-robin start of the next `poll`.
+    next: usize,
+    pids: Vec<i32>,
+    cma: bool,
+    // The mappings come last: rings above point into them.
+    _peer_maps: Vec<Option<MmapRaw>>,
+    own: OwnSegment,
+}
+
+impl std::fmt::Debug for ShmTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("pids", &self.pids)
+            .field("cma", &self.cma)
+            .field("segment", &self.own.name.path)
+            .finish()
+    }
+}
+
+impl ShmTransport {
+    /// Sets up the transport for this rank; collective over all ranks of the job (two
+    /// fences of `ex`). See the crate docs for the steps.
+    pub fn new(ex: &mut dyn Exchange) -> Result<Self, TransportError> {
+        let (rank, size) = (ex.rank(), ex.size());
+        if rank >= size {
+            return Err(TransportError::Exchange(format!("rank {rank} of {size}")));
+        }
+        let job = ex.job_id().to_owned();
+        if job.is_empty()
+            || !job
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(TransportError::Exchange(format!("invalid job id {job:?}")));
+        }
+        let len = segment_len(size);
+        let mut own = OwnSegment::create(segment_path(&job, rank), len)?;
+        let own_view = view(&own.map, size);
+        own_view.init_header(rank);
+
+        // Allow peers to use CMA on us under Yama's ptrace_scope=1 (EINVAL without Yama).
+        let _ = rustix::process::set_ptracer(rustix::process::PTracer::Any);
+        let pid = rustix::process::getpid().as_raw_nonzero().get();
+        ex.publish(KEY_PID, pid.to_string().as_bytes())?;
+        ex.publish(KEY_PROBE, own_view.header_addr().to_string().as_bytes())?;
+        ex.fence()?;
+
+        let mut peers = Vec::with_capacity(size as usize);
+        let mut pids = Vec::with_capacity(size as usize);
+        let mut cma = true;
+        for p in 0..size {
+            if p == rank {
+                peers.push(None);
+            } else {
+                let map = map_peer(&segment_path(&job, p), len)?;
+                view(&map, size)
+                    .validate(p)
+                    .map_err(|e| TransportError::Exchange(format!("segment of rank {p}: {e}")))?;
+                peers.push(Some(map));
+            }
+            let ppid = lookup_u64(ex, p, KEY_PID)?;
+            let ppid = i32::try_from(ppid)
+                .map_err(|_| TransportError::Exchange(format!("rank {p} published pid {ppid}")))?;
+            pids.push(ppid);
+            let probe = lookup_u64(ex, p, KEY_PROBE)?;
+            let mut magic = [0u8; 8];
+            match cma::read(ppid, &mut magic, probe) {
+                Ok(()) if u64::from_le_bytes(magic) == ring::MAGIC => {}
+                Ok(()) => {
+                    return Err(TransportError::Exchange(format!(
+                        "CMA probe of rank {p} (pid {ppid}) read {magic:?}: wrong pid?"
+                    )))
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    return Err(TransportError::PeerGone(p, format!("pid {ppid}: {e}")))
+                }
+                // EPERM/EACCES (Yama, no ptrace rights), ENOSYS (seccomp): no CMA.
+                Err(_) => cma = false,
+            }
+        }
+        ex.fence()?;
+        // Everyone has mapped everything: the name is no longer needed.
+        own.name.unlink()?;
+
+        let producers = (0..size)
+            .map(|p| match &peers[p as usize] {
+                Some(map) => Producer::new(view(map, size).ring(rank)),
+                None => Producer::new(own_view.ring(rank)),
+            })
+            .collect();
+        let consumers = (0..size).map(|s| Consumer::new(own_view.ring(s))).collect();
+        Ok(Self {
+            rank,
+            size,
+            producers,
+            consumers,
+            next: 0,
+            pids,
+            cma,
+            _peer_maps: peers,
+            own,
+        })
+    }
+
+    /// The pid of `peer`'s process.
+    pub fn peer_pid(&self, peer: Rank) -> Option<i32> {
+        self.pids.get(peer as usize).copied()
+    }
+
+    /// Whether `peer`'s process still exists (a zombie counts as gone). This is how a
+    /// caller waiting on `poll` can notice a dead peer.
+    pub fn peer_alive(&self, peer: Rank) -> bool {
+        let Some(pid) = self.peer_pid(peer) else {
+            return false;
+        };
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the parenthesised command name.
+            Ok(stat) => {
+                !matches!(stat.rsplit(')').next().map(str::trim_start), Some(s) if s.starts_with(['Z', 'X']))
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn pid_of(&self, peer: Rank) -> Result<i32, TransportError> {
+        self.peer_pid(peer).ok_or(TransportError::NoSuchRank(peer))
+    }
+
+    fn cma_error(&self, peer: Rank, call: &'static str, e: io::Error) -> TransportError {
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            TransportError::PeerGone(peer, format!("{call}: {e}"))
+        } else {
+            TransportError::Os { call, source: e }
+        }
+    }
+}
+
+impl Transport for ShmTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            max_ctrl: MAX_CTRL,
+            ctrl_slots: CTRL_SLOTS,
+            put: self.cma,
+            get: self.cma,
+        }
+    }
+
+    fn try_send(
+        &mut self,
+        peer: Rank,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<(), TransportError> {
+        let len = header.len() + payload.len();
+        if len > MAX_CTRL {
+            return Err(TransportError::TooLarge { len, max: MAX_CTRL });
+        }
+        let p = self
+            .producers
+            .get_mut(peer as usize)
+            .ok_or(TransportError::NoSuchRank(peer))?;
+        if p.try_push(header, payload) {
+            Ok(())
+        } else {
+            Err(TransportError::Full(peer))
+        }
+    }
+
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Rank, &[u8]),
+    ) -> Result<usize, TransportError> {
+        // Round robin: one message per sender per turn, starting after the sender that
+        // was served last; stop after a full turn with nothing new.
+        let n = self.consumers.len();
+        let mut got = 0;
+        let mut idle = 0;
+        let mut s = self.next;
+        while got < max && idle < n {
+            let sender = s as Rank;
+            let popped =
+                self.consumers[s]
+                    .pop(|m| f(sender, m))
+                    .map_err(|e| TransportError::Os {
+                        call: "shm ring",
+                        source: io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("ring from rank {sender}: {}", e.0),
+                        ),
+                    })?;
+            s = if s + 1 == n { 0 } else { s + 1 };
+            if popped.is_some() {
+                got += 1;
+                idle = 0;
+                self.next = s;
+            } else {
+                idle += 1;
+            }
+        }
+        Ok(got)
+    }
+
+    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf {
+        RemoteBuf {
+            addr: addr as u64,
+            len: len as u64,
+            key: 0,
+        }
+    }
+
+    fn put(
+        &mut self,
+        peer: Rank,
+        src: &[u8],
+        dst: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError> {
+        let pid = self.pid_of(peer)?;
+        check_bounds(&dst, offset, src.len() as u64)?;
+        if !self.cma {
+            return Err(TransportError::Unsupported("put"));
+        }
+        let addr = remote_addr(&dst, offset)?;
+        cma::write(pid, src, addr).map_err(|e| self.cma_error(peer, "process_vm_writev", e))
+    }
+
+    fn get(
+        &mut self,
+        peer: Rank,
+        dst: &mut [u8],
+        src: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError> {
+        let pid = self.pid_of(peer)?;
+        check_bounds(&src, offset, dst.len() as u64)?;
+        if !self.cma {
+            return Err(TransportError::Unsupported("get"));
+        }
+        let addr = remote_addr(&src, offset)?;
+        cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))
+    }
+}

@@ -1,0 +1,382 @@
+//! Multi-process tests: every test re-executes this binary to get 2–4 real ranks
+//! (see `transport_shm::testing`), each with a timeout so that a hang fails.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::{poll_until, stream_exchange};
+use transport::{Exchange, Rank, RemoteBuf, Transport, TransportError};
+use transport_shm::testing::{child_env, mark_ran, run_ranks, spawn_ranks, FileExchange, RankEnv};
+use transport_shm::{segment_path, ShmTransport, CTRL_SLOTS, MAX_CTRL};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+#[test]
+fn two_ranks_100k_random_sizes_both_ways() {
+    run_ranks("two_ranks_100k_random_sizes_both_ways", 2, TIMEOUT, |env| {
+        let mut t = ShmTransport::new(&mut env.exchange()).unwrap();
+        let peer = 1 - env.rank;
+        stream_exchange(&mut t, &[peer], &[peer], 100_000, Duration::from_secs(100));
+    });
+}
+
+fn all_to_all(role: &str, n: u32) {
+    run_ranks(role, n, TIMEOUT, |env| {
+        let mut t = ShmTransport::new(&mut env.exchange()).unwrap();
+        let all: Vec<Rank> = (0..env.size).collect();
+        stream_exchange(&mut t, &all, &all, 3_000, Duration::from_secs(100));
+    });
+}
+
+#[test]
+fn all_to_all_3_ranks() {
+    all_to_all("all_to_all_3_ranks", 3);
+}
+
+#[test]
+fn all_to_all_4_ranks() {
+    all_to_all("all_to_all_4_ranks", 4);
+}
+
+fn publish_u64(ex: &mut FileExchange, key: &str, v: u64) {
+    ex.publish(key, v.to_string().as_bytes()).unwrap();
+}
+
+fn lookup_u64(ex: &mut FileExchange, r: Rank, key: &str) -> u64 {
+    String::from_utf8(ex.lookup(r, key).unwrap())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn ring_full_then_progress() {
+    run_ranks("ring_full_then_progress", 2, TIMEOUT, |env| {
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        assert_eq!(t.caps().ctrl_slots, CTRL_SLOTS);
+        let big = vec![0xabu8; MAX_CTRL - 8];
+        if env.rank == 0 {
+            // Phase 1: fill rank 1's ring with maximum-size messages until Full.
+            let mut n = 0u64;
+            loop {
+                match t.try_send(1, &n.to_le_bytes(), &big) {
+                    Ok(()) => n += 1,
+                    Err(TransportError::Full(1)) => break,
+                    Err(e) => panic!("{e}"),
+                }
+                assert!(n <= 1000, "ring never filled");
+            }
+            assert!(n as usize >= CTRL_SLOTS, "only {n} max-size messages fit");
+            // Full again: nothing was sent by the failed attempt, and it stays full.
+            assert!(matches!(
+                t.try_send(1, &n.to_le_bytes(), &big),
+                Err(TransportError::Full(1))
+            ));
+            publish_u64(&mut ex, "n", n);
+            ex.fence().unwrap(); // A: rank 1 may drain now
+            ex.fence().unwrap(); // B: rank 1 has drained
+                                 // Phase 2: space is back; stream 5000 more while rank 1 polls concurrently.
+            let end = Instant::now() + Duration::from_secs(60);
+            let mut fulls = 0u64;
+            let total = n + 5_000;
+            while n < total {
+                match t.try_send(1, &n.to_le_bytes(), &big) {
+                    Ok(()) => n += 1,
+                    Err(TransportError::Full(1)) => {
+                        fulls += 1;
+                        std::thread::yield_now();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+                assert!(Instant::now() < end, "no progress after {n} messages");
+            }
+            eprintln!("ring_full_then_progress: {fulls} Full retries in phase 2");
+            // A Full right after the fence would mean the drained space was not reused.
+        } else {
+            ex.fence().unwrap(); // A
+            let n = lookup_u64(&mut ex, 0, "n");
+            let k = std::cell::Cell::new(0u64);
+            let mut check = |_: Rank, m: &[u8]| {
+                assert_eq!(m.len(), MAX_CTRL);
+                assert_eq!(m[..8], k.get().to_le_bytes(), "out of order");
+                assert!(m[8..].iter().all(|&b| b == 0xab));
+                k.set(k.get() + 1);
+            };
+            let end = Instant::now() + Duration::from_secs(30);
+            while k.get() < n {
+                t.poll(usize::MAX, &mut check).unwrap();
+                assert!(Instant::now() < end, "got {} of {n}", k.get());
+            }
+            // Exactly n: the refused sends delivered nothing.
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(t.poll(usize::MAX, &mut check).unwrap(), 0);
+            ex.fence().unwrap(); // B
+            let end = Instant::now() + Duration::from_secs(60);
+            while k.get() < n + 5_000 {
+                t.poll(7, &mut check).unwrap();
+                assert!(Instant::now() < end, "got {} of {}", k.get(), n + 5_000);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(t.poll(usize::MAX, &mut check).unwrap(), 0);
+        }
+    });
+}
+
+fn remote_buf(ex: &mut FileExchange, r: Rank) -> RemoteBuf {
+    RemoteBuf {
+        addr: lookup_u64(ex, r, "buf.addr"),
+        len: lookup_u64(ex, r, "buf.len"),
+        key: 0,
+    }
+}
+
+#[test]
+fn cma_put_get_1mib_and_bounds() {
+    const LEN: usize = 1 << 20;
+    const GUARD: usize = 4096;
+    run_ranks("cma_put_get_1mib_and_bounds", 2, TIMEOUT, |env| {
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        assert!(t.caps().put && t.caps().get, "CMA unavailable: {t:?}");
+        let old = |i: usize| (i * 7 + 1) as u8;
+        let new = |i: usize| (i * 13 + 5) as u8;
+        if env.rank == 1 {
+            // Exposed: the first LEN bytes; then a guard that must stay untouched.
+            let mut buf: Vec<u8> = (0..LEN)
+                .map(old)
+                .chain(std::iter::repeat(0xee).take(GUARD))
+                .collect();
+            let d = t.expose(buf.as_mut_ptr() as usize, LEN);
+            publish_u64(&mut ex, "buf.addr", d.addr);
+            publish_u64(&mut ex, "buf.len", d.len);
+            ex.fence().unwrap();
+            assert!(poll_until(&mut t, Duration::from_secs(60), |s, m| s == 0
+                && m == b"done"));
+            let buf = std::hint::black_box(&buf);
+            assert!(
+                buf[..LEN].iter().enumerate().all(|(i, &b)| b == new(i)),
+                "put data wrong"
+            );
+            assert!(
+                buf[LEN..].iter().all(|&b| b == 0xee),
+                "write outside the exposed range"
+            );
+        } else {
+            ex.fence().unwrap();
+            let d = remote_buf(&mut ex, 1);
+            assert_eq!(d.len, LEN as u64);
+            // get: the whole buffer, and a piece at an odd offset.
+            let mut got = vec![0u8; LEN];
+            t.get(1, &mut got, d, 0).unwrap();
+            assert!(
+                got.iter().enumerate().all(|(i, &b)| b == old(i)),
+                "get data wrong"
+            );
+            let mut piece = vec![0u8; 1000];
+            t.get(1, &mut piece, d, 12_345).unwrap();
+            assert!(piece.iter().enumerate().all(|(i, &b)| b == old(i + 12_345)));
+            // Out of bounds, both directions: rejected, nothing moved.
+            let oob = [
+                (LEN as u64 - 10, 20usize),
+                (LEN as u64 + 1, 0),
+                (u64::MAX, 1),
+                (0, LEN + 1),
+            ];
+            for (off, len) in oob {
+                let big = vec![0x55u8; len];
+                let e = t.put(1, &big, d, off).unwrap_err();
+                assert!(
+                    matches!(e, TransportError::OutOfBounds { .. }),
+                    "put {off}+{len}: {e:?}"
+                );
+                let mut sink = vec![0x77u8; len];
+                let e = t.get(1, &mut sink, d, off).unwrap_err();
+                assert!(
+                    matches!(e, TransportError::OutOfBounds { .. }),
+                    "get {off}+{len}: {e:?}"
+                );
+                assert!(sink.iter().all(|&b| b == 0x77));
+            }
+            // put: the whole buffer in two pieces (one at an unaligned offset).
+            let data: Vec<u8> = (0..LEN).map(new).collect();
+            t.put(1, &data[..333_333], d, 0).unwrap();
+            t.put(1, &data[333_333..], d, 333_333).unwrap();
+            t.put(1, &[], d, LEN as u64).unwrap();
+            t.get(1, &mut got, d, 0).unwrap();
+            assert!(got == data, "read-back after put differs");
+            // The put is visible before this message is delivered.
+            t.try_send(1, b"done", &[]).unwrap();
+        }
+    });
+}
+
+#[test]
+fn segments_are_0600_and_unlinked_after_init() {
+    run_ranks(
+        "segments_are_0600_and_unlinked_after_init",
+        3,
+        TIMEOUT,
+        |env| {
+            /// Checks every rank's segment at the first fence, when all must exist.
+            struct Checking(FileExchange, String, u32, bool);
+            impl Exchange for Checking {
+                fn rank(&self) -> Rank {
+                    self.0.rank()
+                }
+                fn size(&self) -> u32 {
+                    self.0.size()
+                }
+                fn job_id(&self) -> &str {
+                    self.0.job_id()
+                }
+                fn publish(&mut self, k: &str, v: &[u8]) -> Result<(), TransportError> {
+                    self.0.publish(k, v)
+                }
+                fn lookup(&mut self, r: Rank, k: &str) -> Result<Vec<u8>, TransportError> {
+                    self.0.lookup(r, k)
+                }
+                fn fence(&mut self) -> Result<(), TransportError> {
+                    let first = self.0.fences() == 0;
+                    self.0.fence()?;
+                    if first {
+                        // Past the first fence every rank has created its segment, and
+                        // none may unlink it before the second.
+                        for r in 0..self.2 {
+                            let md = std::fs::metadata(segment_path(&self.1, r))
+                                .expect("segment exists");
+                            assert_eq!(
+                                md.permissions().mode() & 0o7777,
+                                0o600,
+                                "mode of rank {r}'s segment"
+                            );
+                            assert!(md.len() > 2 << 20);
+                        }
+                        self.3 = true;
+                    }
+                    Ok(())
+                }
+            }
+            let mut ex = Checking(env.exchange(), env.job_id.clone(), env.size, false);
+            let mut t = ShmTransport::new(&mut ex).unwrap();
+            assert!(ex.3, "the first fence was not reached");
+            // After init every rank's name is gone, yet the rings work.
+            let mut ex = ex.0;
+            ex.fence().unwrap();
+            for r in 0..env.size {
+                assert!(
+                    !segment_path(&env.job_id, r).exists(),
+                    "segment of rank {r} still linked"
+                );
+            }
+            let next = (env.rank + 1) % env.size;
+            t.try_send(next, b"hi", &env.rank.to_le_bytes()).unwrap();
+            let prev = (env.rank + env.size - 1) % env.size;
+            assert!(poll_until(&mut t, Duration::from_secs(30), |s, m| {
+                assert_eq!(
+                    (s, m),
+                    (prev, &[b"hi".as_slice(), &prev.to_le_bytes()].concat()[..])
+                );
+                true
+            }));
+            drop(t);
+            assert!(!segment_path(&env.job_id, env.rank).exists());
+        },
+    );
+}
+
+fn crash_body(env: &RankEnv) {
+    let mut ex = env.exchange();
+    let mut t = ShmTransport::new(&mut ex).unwrap();
+    let mut buf = vec![0u8; 4096];
+    if env.rank == 1 {
+        for i in 0..10u32 {
+            t.try_send(0, &i.to_le_bytes(), &[]).unwrap();
+        }
+        std::process::abort();
+    }
+    let d = t.expose(buf.as_mut_ptr() as usize, buf.len());
+    let mut k = 0u32;
+    // The 10 messages sent before the crash arrive; then nothing, without hanging.
+    assert!(poll_until(&mut t, Duration::from_secs(30), |s, m| {
+        assert_eq!((s, m), (1, &k.to_le_bytes()[..]));
+        k += 1;
+        k == 10
+    }));
+    let end = Instant::now() + Duration::from_secs(30);
+    while t.peer_alive(1) {
+        assert_eq!(
+            t.poll(16, &mut |s, _| panic!("message from {s} after its crash"))
+                .unwrap(),
+            0
+        );
+        assert!(Instant::now() < end, "crash of rank 1 not noticed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A dead peer's ring is still mapped: sending does not fail or hang.
+    t.try_send(1, b"anyone?", &[]).unwrap();
+    // One-sided access to the dead peer reports it (the parent reaps it quickly).
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        match t.put(1, &[1, 2, 3], d, 0) {
+            Err(TransportError::PeerGone(1, _)) => break,
+            other => assert!(Instant::now() < end, "put to a dead peer: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut b = [0u8; 3];
+    assert!(matches!(
+        t.get(1, &mut b, d, 0),
+        Err(TransportError::PeerGone(1, _))
+    ));
+    mark_ran(env);
+}
+
+#[test]
+fn crash_of_a_peer_does_not_hang() {
+    const ROLE: &str = "crash_of_a_peer_does_not_hang";
+    if let Some(env) = child_env(ROLE) {
+        return crash_body(&env);
+    }
+    let out = spawn_ranks(ROLE, 2, TIMEOUT);
+    assert!(out.status[0].success(), "rank 0: {}", out.status[0]);
+    assert!(out.ran[0], "rank 0 did not run the test body");
+    assert_eq!(
+        out.status[1].signal(),
+        Some(6),
+        "rank 1 should have aborted: {}",
+        out.status[1]
+    );
+    // Rank 1 had unlinked its segment at init, so the crash left nothing behind.
+    assert!(out.left.is_empty(), "left in /dev/shm: {:?}", out.left);
+}
+
+#[test]
+fn peer_missing_at_startup_fails_cleanly() {
+    const ROLE: &str = "peer_missing_at_startup_fails_cleanly";
+    if let Some(env) = child_env(ROLE) {
+        if env.rank == 1 {
+            std::process::abort(); // dies before joining
+        }
+        let mut ex = env.exchange().with_timeout(Duration::from_secs(2));
+        let e = ShmTransport::new(&mut ex).unwrap_err();
+        assert!(matches!(e, TransportError::Exchange(_)), "{e:?}");
+        assert!(
+            !segment_path(&env.job_id, 0).exists(),
+            "segment left after failed init"
+        );
+        mark_ran(&env);
+        return;
+    }
+    let out = spawn_ranks(ROLE, 2, TIMEOUT);
+    assert!(
+        out.status[0].success() && out.ran[0],
+        "rank 0: {}",
+        out.status[0]
+    );
+    assert_eq!(out.status[1].signal(), Some(6));
+    assert!(out.left.is_empty(), "left in /dev/shm: {:?}", out.left);
+}

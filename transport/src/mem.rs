@@ -1,0 +1,182 @@
+//! Registered memory: user buffers lent to the library for the length of a scope.
+//!
+//! Non-blocking operations need the library to reach a user's buffer later, from
+//! inside some other call (a direct write from a peer lands in it, a rendezvous read
+//! fills it, an eager payload is copied into it). Rust's borrows cannot express "valid
+//! until this request completes", so buffers are lent to a [`Regions`] table inside a
+//! [`scope`]: the scope takes the borrow for its whole length, and before the borrow
+//! ends the scope's host must finish (or cancel and finish) every operation that uses
+//! the lent regions. This is the pattern of `std::thread::scope`; nothing a caller does
+//! with the returned [`RegionId`]s (copying, forgetting) can outlive the scope.
+//!
+//! ```
+//! use std::cell::RefCell;
+//! use transport::mem::{scope, RegionHost, RegionId, Regions};
+//!
+//! struct Host(RefCell<Regions>);
+//! impl RegionHost for Host {
+//!     fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R { f(&mut self.0.borrow_mut()) }
+//!     fn quiesce(&self, _ids: &[RegionId]) {} // nothing in flight in this example
+//! }
+//!
+//! let host = Host(RefCell::new(Regions::default()));
+//! let mut buf = [0u8; 4];
+//! scope(&host, |s| {
+//!     let id = s.lend_mut(&mut buf);
+//!     host.with_regions(|r| r.slice_mut(id).unwrap().copy_from_slice(b"abcd"));
+//! });
+//! assert_eq!(&buf, b"abcd");
+//! ```
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
+/// A lent buffer in a [`Regions`] table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(u32);
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+}
+
+/// The table of lent buffers.
+#[derive(Debug, Default)]
+pub struct Regions {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+}
+
+// SAFETY: the raw pointers are only dereferenced through `&self`/`&mut self` methods,
+// so access follows the table's own borrows; the memory they point to is owned by the
+// scope that lent it, which outlives the entries (see `scope`).
+unsafe impl Send for Regions {}
+
+impl Regions {
+    fn insert(&mut self, slot: Slot) -> RegionId {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(slot);
+                RegionId(i)
+            }
+            None => {
+                self.slots.push(Some(slot));
+                RegionId(self.slots.len() as u32 - 1)
+            }
+        }
+    }
+
+    fn remove(&mut self, id: RegionId) {
+        if let Some(s) = self.slots.get_mut(id.0 as usize) {
+            if s.take().is_some() {
+                self.free.push(id.0);
+            }
+        }
+    }
+
+    fn slot(&self, id: RegionId) -> Option<Slot> {
+        self.slots.get(id.0 as usize).copied().flatten()
+    }
+
+    /// Start address of a region (what a shared-memory peer writes to).
+    pub fn addr(&self, id: RegionId) -> Option<usize> {
+        self.slot(id).map(|s| s.ptr as usize)
+    }
+
+    /// Length of a region in bytes.
+    pub fn len(&self, id: RegionId) -> Option<usize> {
+        self.slot(id).map(|s| s.len)
+    }
+
+    /// Number of lent regions.
+    pub fn count(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Reads a region.
+    pub fn slice(&self, id: RegionId) -> Option<&[u8]> {
+        let s = self.slot(id)?;
+        // SAFETY: the slot was created from a live `&'scope [u8]` or `&'scope mut [u8]`
+        // whose borrow the scope holds until after the slot is removed, so the memory
+        // is valid for `len` bytes; the returned borrow is tied to `&self`, and the
+        // only mutable access path (`slice_mut`) needs `&mut self`.
+        Some(unsafe { std::slice::from_raw_parts(s.ptr, s.len) })
+    }
+
+    /// Writes a region; `None` for regions lent read-only.
+    pub fn slice_mut(&mut self, id: RegionId) -> Option<&mut [u8]> {
+        let s = self.slot(id).filter(|s| s.writable)?;
+        // SAFETY: as in `slice`, and the slot came from a `&'scope mut [u8]` that the
+        // scope holds exclusively, so no other reference to the memory exists; the
+        // returned borrow is tied to `&mut self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(s.ptr, s.len) })
+    }
+}
+
+/// What a scope needs from the library that owns the table.
+pub trait RegionHost {
+    /// Runs `f` on the table.
+    fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R;
+    /// Called when the scope ends (also by unwinding): must not return while any
+    /// operation may still read or write the regions `ids`.
+    fn quiesce(&self, ids: &[RegionId]);
+}
+
+/// A scope in which buffers borrowed for `'scope` can be lent.
+pub struct Scope<'scope, 'env: 'scope, H: RegionHost> {
+    host: &'env H,
+    ids: RefCell<Vec<RegionId>>,
+    // invariance in both lifetimes, as in `std::thread::Scope`
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
+    /// Lends a buffer for reading until the scope ends.
+    pub fn lend(&'scope self, buf: &'scope [u8]) -> RegionId {
+        let slot = Slot { ptr: buf.as_ptr() as *mut u8, len: buf.len(), writable: false };
+        self.add(slot)
+    }
+
+    /// Lends a buffer for reading and writing until the scope ends.
+    pub fn lend_mut(&'scope self, buf: &'scope mut [u8]) -> RegionId {
+        let slot = Slot { ptr: buf.as_mut_ptr(), len: buf.len(), writable: true };
+        self.add(slot)
+    }
+
+    fn add(&self, slot: Slot) -> RegionId {
+        let id = self.host.with_regions(|r| r.insert(slot));
+        self.ids.borrow_mut().push(id);
+        id
+    }
+
+    /// The host this scope lends to.
+    pub fn host(&self) -> &'env H {
+        self.host
+    }
+}
+
+/// Runs `f` with a [`Scope`]; every buffer lent in it is released, after
+/// [`RegionHost::quiesce`], before `scope` returns or unwinds.
+pub fn scope<'env, H: RegionHost, T>(
+    host: &'env H,
+    f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env, H>) -> T,
+) -> T {
+    let s = Scope {
+        host,
+        ids: RefCell::new(Vec::new()),
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
+    let ids = std::mem::take(&mut *s.ids.borrow_mut());
+    host.quiesce(&ids);
+    host.with_regions(|r| ids.iter().for_each(|&id| r.remove(id)));
+    match out {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
