@@ -67,7 +67,8 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         cfg.credits /= 2;
         cfg.low_water = (cfg.credits / 2).max(1);
     }
-    let engine = Engine::new(boot.rank(), boot.size(), cfg);
+    let me = boot.rank();
+    let engine = Engine::new(me, boot.size(), cfg);
     progress::install(State {
         engine,
         transport: Box::new(t),
@@ -77,6 +78,8 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         done: HashMap::new(),
         boot,
         next_ctx: 16,
+        groups: HashMap::from([(1, progress::Group::new(vec![me]))]),
+        freed: Default::default(),
         start: std::time::Instant::now(),
     })?;
     let u = Universe { _not_send: std::marker::PhantomData };
@@ -89,6 +92,11 @@ impl Universe {
     /// `MPI_COMM_WORLD`.
     pub fn world(&self) -> SimpleCommunicator {
         SimpleCommunicator::world()
+    }
+
+    /// `MPI_COMM_SELF`.
+    pub fn self_comm(&self) -> SimpleCommunicator {
+        SimpleCommunicator::self_comm()
     }
 
     /// Counters of which path sends took (direct write, eager, rendezvous).

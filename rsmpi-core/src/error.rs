@@ -15,6 +15,8 @@ pub enum ErrorClass {
     Buffer,
     /// `MPI_ERR_REQUEST`
     Request,
+    /// `MPI_ERR_COMM`
+    Comm,
     /// `MPI_ERR_OTHER` (e.g. a ready send without a posted receive)
     Other,
     /// `MPI_ERR_INTERN`: the transport or a peer failed.
@@ -36,6 +38,8 @@ pub enum Error {
     NoReceivePosted,
     #[error("buffered send: {0}")]
     Buffer(String),
+    #[error("communicator (context {0}) has been freed")]
+    Comm(u32),
     #[error("invalid request: {0}")]
     Request(String),
     #[error("MPI is not initialized, or already finalized")]
@@ -57,6 +61,7 @@ impl Error {
             Error::NoReceivePosted => ErrorClass::Other,
             Error::Buffer(_) => ErrorClass::Buffer,
             Error::Request(_) => ErrorClass::Request,
+            Error::Comm(_) => ErrorClass::Comm,
             Error::NotInitialized | Error::AlreadyInitialized => ErrorClass::Other,
             Error::Transport(_) => ErrorClass::Intern,
         }

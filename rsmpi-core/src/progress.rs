@@ -38,6 +38,19 @@ pub(crate) enum Key {
     Send(SendId),
 }
 
+/// The ranks of a communicator other than the world: comm rank -> world rank and back.
+pub(crate) struct Group {
+    pub world: Vec<u32>,
+    pub local: HashMap<u32, i32>,
+}
+
+impl Group {
+    pub fn new(world: Vec<u32>) -> Group {
+        let local = world.iter().enumerate().map(|(i, w)| (*w, i as i32)).collect();
+        Group { world, local }
+    }
+}
+
 pub(crate) struct State {
     pub engine: Engine,
     pub transport: Box<dyn Transport>,
@@ -47,6 +60,10 @@ pub(crate) struct State {
     pub done: HashMap<Key, Done>,
     pub boot: Boot,
     pub next_ctx: u32,
+    /// Groups of communicators whose ranks are not the world's (by context id).
+    pub groups: HashMap<u32, Group>,
+    /// Contexts of freed communicators.
+    pub freed: std::collections::HashSet<u32>,
     pub start: std::time::Instant,
 }
 
@@ -85,6 +102,22 @@ pub(crate) fn uninstall() -> Option<State> {
 impl State {
     pub fn rank(&self) -> Rank {
         self.engine.rank()
+    }
+
+    /// World rank of rank `r` of the communicator with context `ctx`.
+    pub fn world_rank(&self, ctx: u32, r: i32) -> u32 {
+        match self.groups.get(&(ctx & !crate::topology::INTERNAL)) {
+            Some(g) => g.world[r as usize],
+            None => r as u32,
+        }
+    }
+
+    /// Rank in the communicator with context `ctx` of world rank `w`.
+    pub fn comm_rank(&self, ctx: u32, w: u32) -> i32 {
+        match self.groups.get(&(ctx & !crate::topology::INTERNAL)) {
+            Some(g) => g.local.get(&w).copied().unwrap_or(-1),
+            None => w as i32,
+        }
     }
 
     /// Ends the job: prints what went wrong on this rank and exits through the

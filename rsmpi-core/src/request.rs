@@ -37,6 +37,7 @@ pub struct Request<'s> {
     pub(crate) key: Key,
     pub(crate) capacity: u64,
     pub(crate) elem: usize,
+    pub(crate) ctx: u32,
     pub(crate) _scope: std::marker::PhantomData<&'s ()>,
 }
 
@@ -50,13 +51,13 @@ impl Request<'_> {
     /// receive) to the caller.
     pub fn try_wait(self) -> Result<Status> {
         let d = progress::wait(self.key);
-        finish(d, self.capacity, self.elem)
+        finish(d, self.capacity, self.elem, self.ctx)
     }
 
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
     pub fn test(self) -> std::result::Result<Status, Self> {
         match progress::test(self.key) {
-            Some(d) => Ok(finish(d, self.capacity, self.elem).unwrap_or_else(|e| crate::topology::fail("test", e))),
+            Some(d) => Ok(finish(d, self.capacity, self.elem, self.ctx).unwrap_or_else(|e| crate::topology::fail("test", e))),
             None => Err(self),
         }
     }
@@ -74,7 +75,7 @@ impl Request<'_> {
     }
 }
 
-pub(crate) fn finish(d: Done, capacity: u64, elem: usize) -> Result<Status> {
+pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
     match d {
         Done::Recv(RecvOutcome::Received { source, tag, len, truncated_from }) => {
             if let Some(full) = truncated_from {
@@ -83,7 +84,12 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize) -> Result<Status> {
             if elem > 0 && len % elem as u64 != 0 {
                 return Err(Error::Count { len, size: elem });
             }
-            Ok(Status { source: source as i32, tag, len, cancelled: false })
+            let source = if source == crate::PROC_NULL as u32 {
+                crate::PROC_NULL
+            } else {
+                progress::with(|s| s.comm_rank(ctx, source))
+            };
+            Ok(Status { source, tag, len, cancelled: false })
         }
         Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => {
             Ok(Status { source: -1, tag: -1, len: 0, cancelled: true })
@@ -94,7 +100,143 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize) -> Result<Status> {
     }
 }
 
-/// Waits for all requests (`MPI_Waitall`).
-pub fn wait_all(reqs: Vec<Request<'_>>) -> Vec<Status> {
-    reqs.into_iter().map(Request::wait).collect()
+/// Finishes request `i` of a collection if it completed; inactive (`None`) entries
+/// are skipped, finished ones become `None` (`MPI_REQUEST_NULL`).
+fn poll_one(reqs: &mut [Option<Request<'_>>], i: usize) -> Option<Status> {
+    let key = reqs[i].as_ref()?.key;
+    let d = progress::with(|s| s.done.remove(&key))?;
+    let r = reqs[i].take().expect("active");
+    Some(finish(d, r.capacity, r.elem, r.ctx).unwrap_or_else(|e| crate::topology::fail("wait", e)))
+}
+
+fn progress_once() -> bool {
+    progress::with(|s| s.progress())
+}
+
+/// `MPI_Testany`: completes one finished request, if any. `Err(())` when every entry
+/// is inactive.
+pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> Result<Option<(usize, Status)>, ()> {
+    if reqs.iter().all(Option::is_none) {
+        return Err(());
+    }
+    progress_once();
+    Ok((0..reqs.len()).find_map(|i| poll_one(reqs, i).map(|st| (i, st))))
+}
+
+/// `MPI_Waitany`: waits until one request completes; `None` when every entry is
+/// inactive (`MPI_UNDEFINED`).
+pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Status)> {
+    let mut idle = 0u32;
+    loop {
+        match test_any(reqs) {
+            Err(()) => return None,
+            Ok(Some(x)) => return Some(x),
+            Ok(None) => {
+                idle += 1;
+                if idle > 100 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+/// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
+pub fn test_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
+    progress_once();
+    (0..reqs.len()).filter_map(|i| poll_one(reqs, i).map(|st| (i, st))).collect()
+}
+
+/// `MPI_Waitsome`: waits until at least one request completes (unless all are
+/// inactive: then returns an empty vector at once).
+pub fn wait_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
+    let mut idle = 0u32;
+    loop {
+        if reqs.iter().all(Option::is_none) {
+            return Vec::new();
+        }
+        let got = test_some(reqs);
+        if !got.is_empty() {
+            return got;
+        }
+        idle += 1;
+        if idle > 100 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `MPI_Testall`: the statuses if every active request completed (then all entries
+/// become `None`), otherwise `None` and nothing changes.
+pub fn test_all(reqs: &mut [Option<Request<'_>>]) -> Option<Vec<Option<Status>>> {
+    progress_once();
+    let all = progress::with(|s| reqs.iter().flatten().all(|r| s.done.contains_key(&r.key)));
+    all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
+}
+
+/// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
+pub fn wait_all(reqs: &mut [Option<Request<'_>>]) -> Vec<Option<Status>> {
+    let mut out = vec![None; reqs.len()];
+    for (i, r) in reqs.iter_mut().enumerate() {
+        if let Some(r) = r.take() {
+            out[i] = Some(r.wait());
+        }
+    }
+    out
+}
+
+/// A persistent request (`MPI_Send_init` / `MPI_Recv_init`): the same operation,
+/// started again and again with [`Persistent::start`].
+pub struct Persistent<'s> {
+    pub(crate) start: Box<dyn Fn() -> crate::Result<Request<'s>> + 's>,
+    pub(crate) active: Option<Request<'s>>,
+    pub(crate) region: transport::mem::RegionId,
+}
+
+impl<'s> Persistent<'s> {
+    /// Starts the operation (`MPI_Start`); it must not be active.
+    pub fn start(&mut self) -> crate::Result<()> {
+        if self.active.is_some() {
+            return Err(crate::Error::Request("persistent request started while active".into()));
+        }
+        self.active = Some((self.start)()?);
+        Ok(())
+    }
+
+    /// Waits for the current operation; `None` if it was not started (inactive).
+    pub fn wait(&mut self) -> Option<Status> {
+        self.active.take().map(Request::wait)
+    }
+
+    /// Tests the current operation: `Some(status)` once complete, `None` while
+    /// pending or inactive.
+    pub fn test(&mut self) -> Option<Status> {
+        let r = self.active.take()?;
+        match r.test() {
+            Ok(st) => Some(st),
+            Err(r) => {
+                self.active = Some(r);
+                None
+            }
+        }
+    }
+
+    /// Whether an operation is in progress.
+    pub fn is_active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Reads or updates the request's buffer between operations (not while active):
+    /// the data a receive got, or the data the next send sends.
+    pub fn with_buffer<T: crate::Equivalence, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> crate::Result<R> {
+        if self.active.is_some() {
+            return Err(crate::Error::Request("buffer of an active persistent request".into()));
+        }
+        progress::with(|s| {
+            let b = s.regions.slice_mut(self.region).expect("lent mutably");
+            bytemuck::try_cast_slice_mut(b)
+                .map(f)
+                .map_err(|e| crate::Error::Request(format!("buffer is not a slice of this type: {e}")))
+        })
+    }
 }

@@ -17,7 +17,7 @@ pub const TAG_UB: Tag = matching::TAG_UB;
 pub const PROC_NULL: Rank = -2;
 /// Context ids at and above this are internal (collectives of the communicator whose
 /// id is the low half).
-const INTERNAL: u32 = 1 << 31;
+pub(crate) const INTERNAL: u32 = 1 << 31;
 
 /// What a receive or probe reports (`MPI_Status`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,23 +108,38 @@ impl SimpleCommunicator {
     }
     /// A copy with a new context (`MPI_Comm_dup`). Collective.
     pub fn duplicate(&self) -> SimpleCommunicator {
-        // contexts are allocated in the same order on every rank (collective calls),
-        // so a counter agrees everywhere; the barrier keeps ranks in step
-        self.barrier();
-        let ctx = progress::with(|s| {
-            s.next_ctx += 1;
-            s.next_ctx
+        self.check_live().unwrap_or_else(|e| fail("dup", e));
+        let next = progress::with(|s| s.next_ctx) as i64;
+        let all = self.allgather([0, 0, next]);
+        let ctx = self.agree_ctx(&all);
+        progress::with(|s| {
+            if let Some(g) = s.groups.get(&self.ctx) {
+                let g = progress::Group::new(g.world.clone());
+                s.groups.insert(ctx, g);
+            }
         });
         SimpleCommunicator { ctx, ..*self }
     }
     /// `MPI_Comm_compare`.
     pub fn compare(&self, other: &SimpleCommunicator) -> CommunicatorRelation {
         if self.ctx == other.ctx {
-            CommunicatorRelation::Identical
-        } else if self.size == other.size && self.rank == other.rank {
+            return CommunicatorRelation::Identical;
+        }
+        let members = |c: &SimpleCommunicator| -> Vec<u32> {
+            progress::with(|s| (0..c.size).map(|r| s.world_rank(c.ctx, r)).collect())
+        };
+        let (a, b) = (members(self), members(other));
+        if a == b {
             CommunicatorRelation::Congruent
         } else {
-            CommunicatorRelation::Unequal
+            let (mut a, mut b) = (a, b);
+            a.sort();
+            b.sort();
+            if a == b {
+                CommunicatorRelation::Similar
+            } else {
+                CommunicatorRelation::Unequal
+            }
         }
     }
     /// Blocks until every rank of the communicator has called it (`MPI_Barrier`).
@@ -147,14 +162,95 @@ impl SimpleCommunicator {
         }
     }
 
+    /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
+    /// a freed communicator.
     fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
+        self.check_live()?;
         if r == PROC_NULL {
             Ok(None)
         } else if (0..self.size).contains(&r) {
-            Ok(Some(r as u32))
+            Ok(Some(progress::with(|s| s.world_rank(self.ctx, r))))
         } else {
             Err(Error::InvalidRank { rank: r, size: self.size })
         }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        let ctx = self.ctx & !INTERNAL;
+        if progress::try_with(|s| s.freed.contains(&ctx))? {
+            Err(Error::Comm(ctx))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `MPI_COMM_SELF`.
+    pub(crate) fn self_comm() -> SimpleCommunicator {
+        SimpleCommunicator { ctx: 1, rank: 0, size: 1 }
+    }
+
+    /// Every rank's `mine`, indexed by rank (an all-gather over the internal context).
+    fn allgather(&self, mine: [i64; 3]) -> Vec<[i64; 3]> {
+        const TAG: Tag = 1 << 20;
+        let inner = SimpleCommunicator { ctx: self.ctx | INTERNAL, ..*self };
+        for r in (0..self.size).filter(|&r| r != self.rank) {
+            inner.process_at_rank(r).send_with_tag(&mine, TAG);
+        }
+        (0..self.size)
+            .map(|r| if r == self.rank { mine } else { inner.process_at_rank(r).receive_with_tag::<[i64; 3]>(TAG).0 })
+            .collect()
+    }
+
+    /// A context id no member uses yet: the largest next free id over the members.
+    fn agree_ctx(&self, all: &[[i64; 3]]) -> u32 {
+        let ctx = all.iter().map(|x| x[2]).max().unwrap_or(0) as u32;
+        progress::with(|s| s.next_ctx = ctx + 1);
+        ctx
+    }
+
+    /// Splits the communicator by `color` (`MPI_Comm_split`): ranks with the same color
+    /// form a new communicator, ordered by `key` then old rank; `None` as color
+    /// (`MPI_UNDEFINED`) joins none and gets `None`. Collective.
+    pub fn split_by_color_with_key(&self, color: Option<i32>, key: i32) -> Option<SimpleCommunicator> {
+        if let Some(c) = color {
+            if c < 0 {
+                fail("split", Error::Request(format!("color {c} is negative")));
+            }
+        }
+        self.check_live().unwrap_or_else(|e| fail("split", e));
+        let next = progress::with(|s| s.next_ctx) as i64;
+        let all = self.allgather([color.map_or(-1, i64::from), key as i64, next]);
+        let ctx = self.agree_ctx(&all);
+        let c = color? as i64;
+        let mut members: Vec<(i64, Rank)> =
+            (0..self.size).filter(|&r| all[r as usize][0] == c).map(|r| (all[r as usize][1], r)).collect();
+        members.sort();
+        let world: Vec<u32> = progress::with(|s| members.iter().map(|&(_, r)| s.world_rank(self.ctx, r)).collect());
+        let rank = members.iter().position(|&(_, r)| r == self.rank).expect("member") as Rank;
+        let size = world.len() as Rank;
+        progress::with(|s| s.groups.insert(ctx, progress::Group::new(world)));
+        Some(SimpleCommunicator { ctx, rank, size })
+    }
+
+    /// `MPI_Comm_split` with the old rank as key.
+    pub fn split_by_color(&self, color: Option<i32>) -> Option<SimpleCommunicator> {
+        self.split_by_color_with_key(color, self.rank)
+    }
+
+    /// Frees the communicator (`MPI_Comm_free`); any later use of it (or of a copy of
+    /// this handle) fails with [`Error::Comm`]. Collective. The world and self
+    /// communicators cannot be freed.
+    pub fn free(self) -> Result<()> {
+        self.check_live()?;
+        if self.ctx < 16 {
+            return Err(Error::Request("the world and self communicators cannot be freed".into()));
+        }
+        self.barrier();
+        progress::with(|s| {
+            s.freed.insert(self.ctx);
+            s.groups.remove(&self.ctx);
+        });
+        Ok(())
     }
 }
 
@@ -216,7 +312,7 @@ fn blocking_send(p: &Process, bytes: &[u8], tag: Tag, mode: SendMode) -> Result<
     request::scope(|sc| {
         let region = sc.lend(bytes);
         let key = start_send(p.comm.ctx, dest, tag, region, mode)?;
-        finish(progress::wait(key), 0, 0).map(|_| ())
+        finish(progress::wait(key), 0, 0, 0).map(|_| ())
     })
 }
 
@@ -225,7 +321,7 @@ fn blocking_recv(comm: &SimpleCommunicator, src: Src, tag: TagSel, bytes: &mut [
     request::scope(|sc| {
         let region = sc.lend_mut(bytes);
         let key = start_recv(comm.ctx, src, tag, region)?;
-        finish(progress::wait(key), cap, elem)
+        finish(progress::wait(key), cap, elem, comm.ctx)
     })
 }
 
@@ -318,6 +414,31 @@ macro_rules! receive_methods {
             self.try_immediate_receive_into_tagged(scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
         }
 
+        /// A persistent receive into `buf` (`MPI_Recv_init`); start it with
+        /// [`request::Persistent::start`].
+        pub fn receive_init<'s, 'e, B: BufferMut + ?Sized>(
+            &self,
+            scope: &'s Scope<'s, 'e>,
+            buf: &'s mut B,
+            tag: Option<Tag>,
+        ) -> request::Persistent<'s> {
+            let (src, tg) = match (self.source(), tagsel(tag)) {
+                (Ok(s), Ok(t)) => (s, t),
+                (Err(e), _) | (_, Err(e)) => fail("recv_init", e),
+            };
+            let elem = buf.elem_size();
+            let bytes = buf.as_bytes_mut();
+            let cap = bytes.len() as u64;
+            let region = scope.lend_mut(bytes);
+            let ctx = self.comm.ctx;
+            let start = move || -> Result<Request<'s>> {
+                let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+                let key = start_recv(ctx, src, tg, region)?;
+                Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
+            };
+            request::Persistent { start: Box::new(start), active: None, region }
+        }
+
         fn try_receive_vec_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<T>, Status)> {
             let (msg, st) = self.mprobe_tagged(tag)?;
             let size = std::mem::size_of::<T>();
@@ -353,7 +474,8 @@ macro_rules! receive_methods {
                     s.engine.mprobe(src, tag, ctx)
                 });
                 if let Some((id, env)) = got {
-                    let st = Status { source: env.source as Rank, tag: env.tag, len: env.len, cancelled: false };
+                    let source = progress::with(|s| s.comm_rank(ctx, env.source));
+                    let st = Status { source, tag: env.tag, len: env.len, cancelled: false };
                     return Ok((Message { id: Some(id), ctx }, st));
                 }
                 idle += 1;
@@ -369,9 +491,10 @@ macro_rules! receive_methods {
             let ctx = self.comm.ctx;
             Ok(progress::with(|s| {
                 s.progress();
-                s.engine.probe(src, tag, ctx)
-            })
-            .map(|env| Status { source: env.source as Rank, tag: env.tag, len: env.len, cancelled: false }))
+                let env = s.engine.probe(src, tag, ctx)?;
+                let source = s.comm_rank(ctx, env.source);
+                Some(Status { source, tag: env.tag, len: env.len, cancelled: false })
+            }))
         }
 
         fn try_receive_into_tagged<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Option<Tag>) -> Result<Status> {
@@ -393,8 +516,9 @@ macro_rules! receive_methods {
             let cap = bytes.len() as u64;
             let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
             let region = scope.lend_mut(bytes);
-            let key = start_recv(self.comm.ctx, src, tag, region)?;
-            Ok(Request { key, capacity: cap, elem, _scope: std::marker::PhantomData })
+            let ctx = self.comm.ctx;
+            let key = start_recv(ctx, src, tag, region)?;
+            Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
         }
     };
 }
@@ -409,7 +533,7 @@ fn done_request<'s>(key: Key) -> Request<'s> {
             truncated_from: None,
         }))
     });
-    Request { key, capacity: 0, elem: 0, _scope: std::marker::PhantomData }
+    Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData }
 }
 
 impl Process {
@@ -480,8 +604,24 @@ impl Process {
         check_tag(tag)?;
         let region = scope.lend(buf.as_bytes());
         let key = start_send(self.comm.ctx, dest, tag, region, mode)?;
-        Ok(Request { key, capacity: 0, elem: 0, _scope: std::marker::PhantomData })
+        Ok(Request { key, capacity: 0, elem: 0, ctx: self.comm.ctx, _scope: std::marker::PhantomData })
     }
+    /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
+    /// [`request::Persistent::start`]; update the data between starts with
+    /// [`request::Persistent::with_buffer`].
+    pub fn send_init<'s, 'e, B: BufferMut + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s mut B, tag: Tag) -> request::Persistent<'s> {
+        let dest = self.comm.check_rank(self.rank).and_then(|d| check_tag(tag).map(|_| d));
+        let dest = dest.unwrap_or_else(|e| fail("send_init", e));
+        let region = scope.lend_mut(buf.as_bytes_mut());
+        let ctx = self.comm.ctx;
+        let start = move || -> Result<Request<'s>> {
+            let Some(dest) = dest else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+            let key = start_send(ctx, dest, tag, region, SendMode::Standard)?;
+            Ok(Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData })
+        };
+        request::Persistent { start: Box::new(start), active: None, region }
+    }
+
     /// Starts a standard-mode send with tag 0 (`MPI_Isend`).
     pub fn immediate_send<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B) -> Request<'s> {
         self.immediate(scope, buf, 0, SendMode::Standard).unwrap_or_else(|e| fail("isend", e))
@@ -507,6 +647,7 @@ impl Process {
 
 impl AnyProcess {
     fn source(&self) -> Result<Option<Src>> {
+        self.comm.check_live()?;
         Ok(Some(Src::Any))
     }
 
@@ -530,7 +671,7 @@ impl Message {
     /// [`Self::receive_into`] returning errors.
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
         let Some(id) = self.id else { return Ok(Status::proc_null()) };
-        let _ = self.ctx;
+        let ctx = self.ctx;
         let elem = buf.elem_size();
         let bytes = buf.as_bytes_mut();
         let cap = bytes.len() as u64;
@@ -542,12 +683,19 @@ impl Message {
                 s.run_outputs();
                 Ok(Key::Recv(r))
             })?;
-            finish(progress::wait(key), cap, elem)
+            finish(progress::wait(key), cap, elem, ctx)
         })
     }
 }
 
 impl SimpleCommunicator {
+    /// Sends `buf` to `dest`, then replaces its contents with a message from `source`
+    /// (`MPI_Sendrecv_replace`).
+    pub fn sendrecv_replace<B: BufferMut + Buffer + ?Sized>(&self, buf: &mut B, dest: Rank, stag: Tag, source: Rank, rtag: Tag) -> Status {
+        let out = buf.as_bytes().to_vec();
+        self.sendrecv(&out[..], dest, stag, buf, source, rtag)
+    }
+
     /// Sends `sbuf` to `dest` and receives into `rbuf` from `source`, without
     /// deadlocking against a matching `sendrecv` (`MPI_Sendrecv`).
     pub fn sendrecv<S: Buffer + ?Sized, R: BufferMut + ?Sized>(

@@ -300,3 +300,100 @@ fn a_panicking_rank_ends_the_job() {
         .collect();
     assert!(left.is_empty(), "segments left: {left:?}");
 }
+
+#[test]
+fn split_free_and_self() {
+    job(4, "split_free_and_self", |u| {
+        let w = u.world();
+        let me = w.rank();
+        // evens and odds, reversed order by key
+        let half = w.split_by_color_with_key(Some(me % 2), -me).unwrap();
+        assert_eq!(half.size(), 2);
+        assert_eq!(half.rank(), if me < 2 { 1 } else { 0 });
+        let other = half.process_at_rank(1 - half.rank());
+        let mut got = -1i32;
+        let st = half.sendrecv(&me, 1 - half.rank(), 0, &mut got, 1 - half.rank(), 0);
+        assert_eq!(got, (me + 2) % 4);
+        assert_eq!(st.source_rank(), 1 - half.rank(), "status source is a rank of the new communicator");
+        let (v, st) = {
+            other.send_with_tag(&(me * 10), 1);
+            half.any_process().receive_with_tag::<i32>(1)
+        };
+        assert_eq!((v, st.source_rank()), (((me + 2) % 4) * 10, 1 - half.rank()));
+        assert_eq!(half.compare(&w), rsmpi::CommunicatorRelation::Unequal);
+        let d = half.duplicate();
+        assert_eq!(d.compare(&half), rsmpi::CommunicatorRelation::Congruent);
+        // only rank 0 joins
+        let solo = w.split_by_color(if me == 0 { Some(5) } else { None });
+        assert_eq!(solo.map(|c| c.size()), if me == 0 { Some(1) } else { None });
+        // self
+        let s = u.self_comm();
+        assert_eq!((s.rank(), s.size()), (0, 1));
+        s.process_at_rank(0).send_with_tag(&7u8, 3);
+        let (x, st) = s.process_at_rank(0).receive_with_tag::<u8>(3);
+        assert_eq!((x, st.source_rank()), (7, 0));
+        // use after free
+        let h = half;
+        half.free().unwrap();
+        let e = h.process_at_rank(0).try_send_with_tag(&1u8, 0).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Comm);
+        assert!(w.free().is_err(), "the world cannot be freed");
+        w.barrier();
+    });
+}
+
+#[test]
+fn persistent_and_request_collections() {
+    job(2, "persistent_and_request_collections", |u| {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        let mut sbuf = [0u32; 4];
+        let mut rbuf = [0u32; 4];
+        request::scope(|sc| {
+            let mut s = peer.send_init(sc, &mut sbuf[..], 9);
+            let mut r = peer.receive_init(sc, &mut rbuf[..], Some(9));
+            for i in 0..5u32 {
+                s.with_buffer::<u32, _>(|b| b.fill(i * 10 + w.rank() as u32)).unwrap();
+                r.start().unwrap();
+                s.start().unwrap();
+                assert!(s.start().is_err(), "starting an active request");
+                s.wait().unwrap();
+                let st = r.wait().unwrap();
+                assert_eq!(st.count::<u32>(), 4);
+                r.with_buffer::<u32, _>(|b| assert_eq!(b, [i * 10 + 1 - w.rank() as u32; 4])).unwrap();
+            }
+            assert!(r.wait().is_none(), "inactive");
+        });
+        // wait_any / wait_some / test_all with inactive entries
+        let mut bufs = [[0u8; 2]; 3];
+        let out = [[w.rank() as u8; 2]; 3];
+        request::scope(|sc| {
+            let mut reqs: Vec<Option<request::Request>> = vec![None];
+            for (i, b) in bufs.iter_mut().enumerate() {
+                reqs.push(Some(peer.immediate_receive_into_with_tag(sc, &mut b[..], i as i32)));
+            }
+            reqs.push(None);
+            for (i, o) in out.iter().enumerate().rev() {
+                peer.send_with_tag(&o[..], i as i32);
+            }
+            let (first, st) = request::wait_any(&mut reqs).unwrap();
+            assert!((1..=3).contains(&first));
+            assert_eq!(st.tag(), first as i32 - 1);
+            let mut done = vec![first];
+            while done.len() < 3 {
+                for (i, _) in request::wait_some(&mut reqs) {
+                    done.push(i);
+                }
+            }
+            done.sort();
+            assert_eq!(done, vec![1, 2, 3]);
+            assert!(request::wait_any(&mut reqs).is_none(), "all inactive");
+            assert_eq!(request::test_all(&mut reqs), Some(vec![None; 5]));
+        });
+        assert_eq!(bufs, [[1 - w.rank() as u8; 2]; 3]);
+        // sendrecv_replace
+        let mut x = [w.rank() as u64; 3];
+        w.sendrecv_replace(&mut x[..], 1 - w.rank(), 4, 1 - w.rank(), 4);
+        assert_eq!(x, [1 - w.rank() as u64; 3]);
+    });
+}
