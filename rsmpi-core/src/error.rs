@@ -17,6 +17,8 @@ pub enum ErrorClass {
     Request,
     /// `MPI_ERR_COMM`
     Comm,
+    /// `MPI_ERR_TYPE`
+    Type,
     /// `MPI_ERR_OTHER` (e.g. a ready send without a posted receive)
     Other,
     /// `MPI_ERR_INTERN`: the transport or a peer failed.
@@ -40,6 +42,8 @@ pub enum Error {
     Buffer(String),
     #[error("communicator (context {0}) has been freed")]
     Comm(u32),
+    #[error("datatype: {0}")]
+    Type(String),
     #[error("invalid request: {0}")]
     Request(String),
     #[error("MPI is not initialized, or already finalized")]
@@ -62,6 +66,7 @@ impl Error {
             Error::Buffer(_) => ErrorClass::Buffer,
             Error::Request(_) => ErrorClass::Request,
             Error::Comm(_) => ErrorClass::Comm,
+            Error::Type(_) => ErrorClass::Type,
             Error::NotInitialized | Error::AlreadyInitialized => ErrorClass::Other,
             Error::Transport(_) => ErrorClass::Intern,
         }

@@ -32,7 +32,10 @@ mod progress;
 pub mod request;
 mod topology;
 
-pub use datatype::{Buffer, BufferMut, Equivalence};
+pub use datatype::{Buffer, BufferMut, Datatype, Equivalence, MutView, View};
+pub use rsmpi_derive::Equivalence;
+/// Re-exported so that derived `Equivalence` types can derive `Pod` / `Zeroable`.
+pub use bytemuck;
 pub use environment::{config_from_env, initialize, initialize_with, time, time_resolution, Universe};
 pub use error::{Error, ErrorClass, Result};
 pub use matching::Stats;
@@ -43,4 +46,5 @@ pub use topology::{
 /// `use rsmpi::traits::*;` brings what `mpi::traits::*` does for point-to-point code.
 pub mod traits {
     pub use crate::datatype::{Buffer, BufferMut, Equivalence};
+    pub use rsmpi_derive::Equivalence;
 }

@@ -21,8 +21,29 @@ fn to_transport(b: matching::RemoteBuf) -> transport::RemoteBuf {
 /// Where a send's bytes are.
 pub(crate) enum SendSrc {
     Region(RegionId),
-    /// A buffered send's copy.
+    /// A buffered send's copy (kept until the send has left, after the user's
+    /// request completed).
     Owned(Vec<u8>),
+    /// The packed elements of a non-contiguous send (kept until it completes).
+    Packed(Vec<u8>),
+}
+
+/// Where a receive's bytes go.
+pub(crate) enum RecvDst {
+    Region(RegionId),
+    /// A non-contiguous receive: the message lands contiguously in `tmp` and is
+    /// scattered into the lent region when it completes.
+    Packed { tmp: Vec<u8>, region: RegionId, datatype: crate::Datatype, count: usize },
+}
+
+impl RecvDst {
+    /// The contiguous bytes the message is written to.
+    pub fn bytes<'a>(&'a mut self, regions: &'a mut Regions) -> Option<&'a mut [u8]> {
+        match self {
+            RecvDst::Region(r) => regions.slice_mut(*r),
+            RecvDst::Packed { tmp, .. } => Some(tmp),
+        }
+    }
 }
 
 /// A completed request's result.
@@ -55,7 +76,7 @@ pub(crate) struct State {
     pub engine: Engine,
     pub transport: Box<dyn Transport>,
     pub regions: Regions,
-    pub recv_dst: HashMap<RecvId, RegionId>,
+    pub recv_dst: HashMap<RecvId, RecvDst>,
     pub send_src: HashMap<SendId, SendSrc>,
     pub done: HashMap<Key, Done>,
     pub boot: Boot,
@@ -140,7 +161,7 @@ impl State {
         let mut err = None;
         let res = transport.poll(32, &mut |from, bytes| match engine.handle(from, bytes) {
             Ok(Some(d)) => {
-                let dst = recv_dst.get(&d.recv).and_then(|r| regions.slice_mut(*r));
+                let dst = recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions));
                 match dst {
                     Some(dst) => dst[..d.range.len()].copy_from_slice(&bytes[d.range]),
                     None => err = Some(format!("no buffer for receive {:?}", d.recv)),
@@ -161,7 +182,7 @@ impl State {
     fn send_bytes<'a>(regions: &'a Regions, src: &'a HashMap<SendId, SendSrc>, s: SendId, len: u64) -> &'a [u8] {
         let b = match &src[&s] {
             SendSrc::Region(r) => regions.slice(*r).expect("lent send buffer"),
-            SendSrc::Owned(v) => v,
+            SendSrc::Owned(v) | SendSrc::Packed(v) => v,
         };
         &b[..len as usize]
     }
@@ -201,7 +222,7 @@ impl State {
                     let staged = match into {
                         GetInto::Recv(r) => {
                             let State { transport, regions, recv_dst, .. } = self;
-                            let dst = recv_dst.get(&r).and_then(|id| regions.slice_mut(*id));
+                            let dst = recv_dst.get_mut(&r).and_then(|d| d.bytes(regions));
                             let Some(dst) = dst else { self.fatal("read", &"receive without buffer") };
                             if let Err(e) = transport.get(from, &mut dst[..len as usize], to_transport(src), 0) {
                                 self.fatal("read", &e);
@@ -221,18 +242,27 @@ impl State {
                     }
                 }
                 Output::CopyIn { recv, data } => {
-                    let dst = self.recv_dst.get(&recv).and_then(|id| self.regions.slice_mut(*id));
+                    let dst = self.recv_dst.get_mut(&recv).and_then(|d| d.bytes(&mut self.regions));
                     match dst {
                         Some(dst) => dst[..data.len()].copy_from_slice(&data),
                         None => self.fatal("copy", &"receive without buffer"),
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
-                    self.recv_dst.remove(&recv);
+                    if let Some(RecvDst::Packed { tmp, region, datatype, count }) = self.recv_dst.remove(&recv) {
+                        let len = match outcome {
+                            RecvOutcome::Received { len, .. } => len as usize,
+                            RecvOutcome::Cancelled => 0,
+                        };
+                        let dst = self.regions.slice_mut(region).expect("lent mutably");
+                        if let Err(e) = datatype.unpack(count, &tmp[..len], dst) {
+                            self.fatal("unpack", &e);
+                        }
+                    }
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
-                    if matches!(self.send_src.get(&send), Some(SendSrc::Region(_))) {
+                    if matches!(self.send_src.get(&send), Some(SendSrc::Region(_) | SendSrc::Packed(_))) {
                         self.send_src.remove(&send);
                     }
                     self.done.insert(Key::Send(send), Done::Send(outcome));
@@ -291,8 +321,12 @@ impl RegionHost for Host {
             return;
         }
         let pending: Vec<Key> = with(|s| {
-            let recvs: Vec<Key> =
-                s.recv_dst.iter().filter(|(_, r)| ids.contains(r)).map(|(k, _)| Key::Recv(*k)).collect();
+            let recvs: Vec<Key> = s
+                .recv_dst
+                .iter()
+                .filter(|(_, d)| matches!(d, RecvDst::Region(r) | RecvDst::Packed { region: r, .. } if ids.contains(r)))
+                .map(|(k, _)| Key::Recv(*k))
+                .collect();
             let sends: Vec<Key> = s
                 .send_src
                 .iter()

@@ -20,9 +20,10 @@ pub type Scope<'s, 'e> = mem::Scope<'s, 'e, progress::Host>;
 /// let world = universe.world();
 /// let peer = world.process_at_rank(1 - world.rank());
 /// let mut got = [0u64; 4];
+/// let out = [world.rank() as u64; 4];
 /// rsmpi::request::scope(|scope| {
 ///     let r = peer.immediate_receive_into(scope, &mut got[..]);
-///     let s = peer.immediate_send(scope, &[world.rank() as u64; 4][..]);
+///     let s = peer.immediate_send(scope, &out[..]);
 ///     s.wait();
 ///     r.wait();
 /// });

@@ -2,7 +2,8 @@
 
 use crate::datatype::{Buffer, BufferMut, Equivalence};
 use crate::error::{Error, Result};
-use crate::progress::{self, Key, SendSrc};
+use crate::datatype::send_bytes;
+use crate::progress::{self, Key, RecvDst, SendSrc};
 use crate::request::{self, finish, Request, Scope};
 use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
 use transport::mem::RegionId;
@@ -275,16 +276,25 @@ pub struct AnyProcess {
     comm: SimpleCommunicator,
 }
 
-fn start_send(ctx: u32, dest: u32, tag: Tag, region: RegionId, mode: SendMode) -> Result<Key> {
+/// The data of a send: a lent buffer, or packed elements the library keeps.
+enum SendArg {
+    Region(RegionId),
+    Packed(Vec<u8>),
+}
+
+fn start_send(ctx: u32, dest: u32, tag: Tag, arg: SendArg, mode: SendMode) -> Result<Key> {
     progress::with(|s| {
-        let addr = s.regions.addr(region).expect("lent");
-        let len = s.regions.len(region).expect("lent");
-        let buf = s.transport.expose(addr, len);
-        let src = if mode == SendMode::Buffered {
-            SendSrc::Owned(s.regions.slice(region).expect("lent").to_vec())
-        } else {
-            SendSrc::Region(region)
+        let src = match (arg, mode) {
+            (SendArg::Region(r), SendMode::Buffered) => SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec()),
+            (SendArg::Packed(v), SendMode::Buffered) => SendSrc::Owned(v),
+            (SendArg::Region(r), _) => SendSrc::Region(r),
+            (SendArg::Packed(v), _) => SendSrc::Packed(v),
         };
+        let (addr, len) = match &src {
+            SendSrc::Region(r) => (s.regions.addr(*r).expect("lent"), s.regions.len(*r).expect("lent")),
+            SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
+        };
+        let buf = s.transport.expose(addr, len);
         let spec = SendSpec { dest, tag, ctx, len: len as u64, mode, buf: progress::to_matching(buf) };
         let id = s.engine.start_send(spec)?;
         s.send_src.insert(id, src);
@@ -293,34 +303,54 @@ fn start_send(ctx: u32, dest: u32, tag: Tag, region: RegionId, mode: SendMode) -
     })
 }
 
-fn start_recv(ctx: u32, source: Src, tag: TagSel, region: RegionId) -> Result<Key> {
+fn start_recv(ctx: u32, source: Src, tag: TagSel, dst: RecvDst) -> Result<Key> {
     progress::with(|s| {
-        let addr = s.regions.addr(region).expect("lent");
-        let len = s.regions.len(region).expect("lent");
+        let mut dst = dst;
+        let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
+        let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
         let buf = s.transport.expose(addr, len);
         let spec = RecvSpec { source, tag, ctx, capacity: len as u64, buf: Some(progress::to_matching(buf)) };
         let id = s.engine.post_recv(spec)?;
-        s.recv_dst.insert(id, region);
+        s.recv_dst.insert(id, dst);
         s.run_outputs();
         Ok(Key::Recv(id))
     })
 }
 
-fn blocking_send(p: &Process, bytes: &[u8], tag: Tag, mode: SendMode) -> Result<()> {
+/// Where a receive into `bytes` (with an optional datatype layout) lands.
+fn recv_dst(region: RegionId, layout: Option<(&crate::Datatype, usize)>) -> Result<RecvDst> {
+    match layout {
+        Some((dt, n)) if !dt.is_contiguous(n) => {
+            let tmp = vec![0u8; dt.size() as usize * n];
+            Ok(RecvDst::Packed { tmp, region, datatype: dt.clone(), count: n })
+        }
+        _ => Ok(RecvDst::Region(region)),
+    }
+}
+
+fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
     let Some(dest) = p.comm.check_rank(p.rank)? else { return Ok(()) };
     check_tag(tag)?;
+    let bytes = send_bytes(buf)?;
     request::scope(|sc| {
-        let region = sc.lend(bytes);
-        let key = start_send(p.comm.ctx, dest, tag, region, mode)?;
+        let region = sc.lend(&bytes);
+        let key = start_send(p.comm.ctx, dest, tag, SendArg::Region(region), mode)?;
         finish(progress::wait(key), 0, 0, 0).map(|_| ())
     })
 }
 
-fn blocking_recv(comm: &SimpleCommunicator, src: Src, tag: TagSel, bytes: &mut [u8], elem: usize) -> Result<Status> {
-    let cap = bytes.len() as u64;
+fn blocking_recv<B: BufferMut + ?Sized>(comm: &SimpleCommunicator, src: Src, tag: TagSel, buf: &mut B) -> Result<Status> {
+    let elem = buf.elem_size();
+    let layout = buf.layout().map(|(d, n)| (d.clone(), n));
+    let bytes = buf.as_bytes_mut();
+    let cap = match &layout {
+        Some((d, n)) => d.size() * *n as u64,
+        None => bytes.len() as u64,
+    };
     request::scope(|sc| {
         let region = sc.lend_mut(bytes);
-        let key = start_recv(comm.ctx, src, tag, region)?;
+        let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
+        let key = start_recv(comm.ctx, src, tag, dst)?;
         finish(progress::wait(key), cap, elem, comm.ctx)
     })
 }
@@ -433,7 +463,7 @@ macro_rules! receive_methods {
             let ctx = self.comm.ctx;
             let start = move || -> Result<Request<'s>> {
                 let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
-                let key = start_recv(ctx, src, tg, region)?;
+                let key = start_recv(ctx, src, tg, RecvDst::Region(region))?;
                 Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
             };
             request::Persistent { start: Box::new(start), active: None, region }
@@ -500,8 +530,7 @@ macro_rules! receive_methods {
         fn try_receive_into_tagged<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Option<Tag>) -> Result<Status> {
             let (src, tag) = (self.source()?, tagsel(tag)?);
             let Some(src) = src else { return Ok(Status::proc_null()) };
-            let elem = buf.elem_size();
-            blocking_recv(&self.comm, src, tag, buf.as_bytes_mut(), elem)
+            blocking_recv(&self.comm, src, tag, buf)
         }
 
         fn try_immediate_receive_into_tagged<'s, 'e, B: BufferMut + ?Sized>(
@@ -512,12 +541,17 @@ macro_rules! receive_methods {
         ) -> Result<Request<'s>> {
             let (src, tag) = (self.source()?, tagsel(tag)?);
             let elem = buf.elem_size();
+            let layout = buf.layout().map(|(d, n)| (d.clone(), n));
             let bytes = buf.as_bytes_mut();
-            let cap = bytes.len() as u64;
             let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
             let region = scope.lend_mut(bytes);
+            let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
+            let cap = match &dst {
+                RecvDst::Packed { tmp, .. } => tmp.len() as u64,
+                RecvDst::Region(_) => progress::with(|s| s.regions.len(region).unwrap_or(0)) as u64,
+            };
             let ctx = self.comm.ctx;
-            let key = start_recv(ctx, src, tag, region)?;
+            let key = start_recv(ctx, src, tag, dst)?;
             Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
         }
     };
@@ -549,7 +583,7 @@ impl Process {
     receive_methods!();
 
     fn send_mode<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag, mode: SendMode, call: &str) {
-        blocking_send(self, buf.as_bytes(), tag, mode).unwrap_or_else(|e| fail(call, e))
+        blocking_send(self, buf, tag, mode).unwrap_or_else(|e| fail(call, e))
     }
 
     /// Standard-mode send with tag 0 (`MPI_Send`).
@@ -562,7 +596,7 @@ impl Process {
     }
     /// [`Self::send_with_tag`] returning errors.
     pub fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf.as_bytes(), tag, SendMode::Standard)
+        blocking_send(self, buf, tag, SendMode::Standard)
     }
     /// Synchronous send: returns once a receive matched (`MPI_Ssend`).
     pub fn synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) {
@@ -582,7 +616,7 @@ impl Process {
     }
     /// [`Self::ready_send_with_tag`] returning errors ([`Error::NoReceivePosted`]).
     pub fn try_ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf.as_bytes(), tag, SendMode::Ready)
+        blocking_send(self, buf, tag, SendMode::Ready)
     }
     /// Buffered send (`MPI_Bsend`) through the attached buffer.
     pub fn buffered_send<B: Buffer + ?Sized>(&self, buf: &B) {
@@ -594,7 +628,7 @@ impl Process {
     }
     /// [`Self::buffered_send_with_tag`] returning errors.
     pub fn try_buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf.as_bytes(), tag, SendMode::Buffered)
+        blocking_send(self, buf, tag, SendMode::Buffered)
     }
 
     fn immediate<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag, mode: SendMode) -> Result<Request<'s>> {
@@ -602,8 +636,11 @@ impl Process {
             return Ok(done_request(Key::Recv(matching::RecvId(0))));
         };
         check_tag(tag)?;
-        let region = scope.lend(buf.as_bytes());
-        let key = start_send(self.comm.ctx, dest, tag, region, mode)?;
+        let arg = match send_bytes(buf)? {
+            std::borrow::Cow::Borrowed(b) => SendArg::Region(scope.lend(b)),
+            std::borrow::Cow::Owned(v) => SendArg::Packed(v),
+        };
+        let key = start_send(self.comm.ctx, dest, tag, arg, mode)?;
         Ok(Request { key, capacity: 0, elem: 0, ctx: self.comm.ctx, _scope: std::marker::PhantomData })
     }
     /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
@@ -616,7 +653,7 @@ impl Process {
         let ctx = self.comm.ctx;
         let start = move || -> Result<Request<'s>> {
             let Some(dest) = dest else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
-            let key = start_send(ctx, dest, tag, region, SendMode::Standard)?;
+            let key = start_send(ctx, dest, tag, SendArg::Region(region), SendMode::Standard)?;
             Ok(Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData })
         };
         request::Persistent { start: Box::new(start), active: None, region }
@@ -673,13 +710,15 @@ impl Message {
         let Some(id) = self.id else { return Ok(Status::proc_null()) };
         let ctx = self.ctx;
         let elem = buf.elem_size();
+        let layout = buf.layout().map(|(d, n)| (d.clone(), n));
         let bytes = buf.as_bytes_mut();
-        let cap = bytes.len() as u64;
         request::scope(|sc| {
             let region = sc.lend_mut(bytes);
+            let mut dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
+            let cap = progress::with(|s| dst.bytes(&mut s.regions).map_or(0, |b| b.len())) as u64;
             let key = progress::with(|s| -> Result<Key> {
                 let r = s.engine.mrecv(id, cap)?;
-                s.recv_dst.insert(r, region);
+                s.recv_dst.insert(r, dst);
                 s.run_outputs();
                 Ok(Key::Recv(r))
             })?;

@@ -397,3 +397,60 @@ fn persistent_and_request_collections() {
         assert_eq!(x, [1 - w.rank() as u64; 3]);
     });
 }
+
+#[test]
+fn derived_datatypes() {
+    job(2, "derived_datatypes", |u| {
+        use rsmpi::{Datatype, MutView, View};
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        let f = Datatype::of::<f64>();
+        if w.rank() == 0 {
+            // column 2 of a 4x5 row-major matrix
+            let m: Vec<f64> = (0..20).map(|x| x as f64).collect();
+            let col = Datatype::vector(4, 1, 5, &f);
+            peer.send_with_tag(&View::with_count_and_datatype(&m[2..], 1, &col), 1);
+            // two elements of an indexed type, immediate
+            let idx = Datatype::indexed(&[1, 2], &[0, 3], &f);
+            let v = View::with_count_and_datatype(&m[..], 2, &idx);
+            request::scope(|sc| {
+                peer.immediate_send_with_tag(sc, &v, 2).wait();
+            });
+            // struct with a gap, received on the other side as plain bytes
+            #[derive(Clone, Copy, rsmpi::bytemuck::Pod, rsmpi::bytemuck::Zeroable)]
+            #[repr(C)]
+            struct P {
+                a: u32,
+                gap: u32,
+                b: f64,
+            }
+            let ps = [P { a: 1, gap: 99, b: 2.5 }, P { a: 3, gap: 99, b: 4.5 }];
+            let st = Datatype::structured(&[1, 1], &[0, 8], &[Datatype::of::<u32>(), f.clone()]);
+            let st = Datatype::structured(&[1, 1], &[0, 16], &[st, Datatype::bytes(0)]);
+            assert_eq!(st.extent(), 16);
+            let bytes: &[u8] = rsmpi::bytemuck::cast_slice(&ps[..]);
+            peer.send_with_tag(&View::with_count_and_datatype(bytes, 2, &st), 3);
+            // a view that does not fit its buffer is a datatype error
+            let e = peer.try_send_with_tag(&View::with_count_and_datatype(&m[..4], 1, &col), 4).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Type);
+        } else {
+            let (v, st) = peer.receive_vec_with_tag::<f64>(1);
+            assert_eq!((v, st.count::<f64>()), (vec![2.0, 7.0, 12.0, 17.0], 4));
+            // receive the indexed elements into a strided destination: every other slot
+            let mut dst = vec![-1.0f64; 12];
+            let every_other = Datatype::vector(6, 1, 2, &f);
+            let mut mv = MutView::with_count_and_datatype(&mut dst[..], 1, &every_other);
+            request::scope(|sc| {
+                let st = peer.immediate_receive_into_with_tag(sc, &mut mv, 2).wait();
+                assert_eq!(st.count_bytes(), 48);
+            });
+            // indexed {1 at 0, 2 at 3}, extent 5 elements: m[0], m[3], m[4], m[5], m[8], m[9]
+            assert_eq!(dst, vec![0.0, -1.0, 3.0, -1.0, 4.0, -1.0, 5.0, -1.0, 8.0, -1.0, 9.0, -1.0]);
+            let (raw, _) = peer.receive_vec_with_tag::<u8>(3);
+            assert_eq!(raw.len(), 24);
+            assert_eq!(raw[..4], 1u32.to_ne_bytes());
+            assert_eq!(raw[4..12], 2.5f64.to_ne_bytes());
+            assert_eq!(raw[12..16], 3u32.to_ne_bytes());
+        }
+    });
+}
