@@ -47,6 +47,22 @@ pub fn initialize() -> Result<Universe> {
     initialize_with(cfg)
 }
 
+/// Thread support levels (`MPI_THREAD_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Threading {
+    Single,
+    Funneled,
+    Serialized,
+    Multiple,
+}
+
+/// `MPI_Init_thread`: rsmpi provides `Funneled` — every call from the thread that
+/// initialized (the library state is that thread's); the level provided is returned.
+pub fn initialize_thread(required: Threading) -> Result<(Universe, Threading)> {
+    let _ = required;
+    Ok((initialize()?, Threading::Funneled))
+}
+
 /// Initializes MPI with explicit protocol settings (all ranks must agree).
 pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     if progress::try_with(|_| ()).is_ok() {

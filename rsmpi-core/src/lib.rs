@@ -36,7 +36,9 @@ pub use datatype::{Buffer, BufferMut, Datatype, Equivalence, MutView, View};
 pub use rsmpi_derive::Equivalence;
 /// Re-exported so that derived `Equivalence` types can derive `Pod` / `Zeroable`.
 pub use bytemuck;
-pub use environment::{config_from_env, initialize, initialize_with, time, time_resolution, Universe};
+pub use environment::{
+    config_from_env, initialize, initialize_thread, initialize_with, time, time_resolution, Threading, Universe,
+};
 pub use error::{Error, ErrorClass, Result};
 pub use matching::Stats;
 pub use topology::{

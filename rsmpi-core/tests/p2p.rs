@@ -454,3 +454,41 @@ fn derived_datatypes() {
         }
     });
 }
+
+#[test]
+fn cancel_sends_and_test() {
+    job(2, "cancel_sends_and_test", |u| {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        assert!(rsmpi::time_resolution() > 0.0 && rsmpi::time() >= 0.0);
+        let (_, level) = (0, rsmpi::Threading::Funneled);
+        assert!(level >= rsmpi::Threading::Single);
+        if w.rank() == 0 {
+            // a rendezvous send nobody receives: cancel wins
+            let big = vec![5u8; 1 << 20];
+            let small = [6u8; 8];
+            request::scope(|sc| {
+                let s = peer.immediate_send_with_tag(sc, &big[..], 1);
+                let s = match s.test() {
+                    Ok(_) => panic!("a rendezvous send cannot complete before a receive"),
+                    Err(s) => s,
+                };
+                s.cancel();
+                assert!(s.wait().is_cancelled());
+                // a synchronous send that is received: cancel loses
+                let s = peer.immediate_synchronous_send_with_tag(sc, &small[..], 2);
+                w.barrier();
+                s.cancel();
+                assert!(!s.wait().is_cancelled());
+            });
+            w.barrier();
+        } else {
+            let (v, _) = peer.receive_vec_with_tag::<u8>(2);
+            assert_eq!(v, vec![6u8; 8]);
+            w.barrier();
+            w.barrier();
+            // the cancelled message never arrives
+            assert!(peer.immediate_probe_with_tag(1).is_none());
+        }
+    });
+}
