@@ -14,47 +14,35 @@ pub(crate) struct Adv {
     pub live: bool,
 }
 
-/// Receive requests of one peer, by k, with a FIFO per (ctx, tag) and per (ctx, ANY_TAG).
-/// The earliest live entry matching (ctx, tag) is the smaller k of two queue heads:
-/// O(1) amortised, whatever the number of entries.
+/// Live receive requests of one peer, by k, with a FIFO per (ctx, tag) and per
+/// (ctx, ANY_TAG). The earliest live entry matching (ctx, tag) is the smaller k of two
+/// queue heads: O(1) amortised, whatever the number of entries. Consumed entries are
+/// dropped at once, so the table holds only live entries even when an old one stays
+/// live for ever.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct AdvTable {
-    /// Entry k is at index k - base - 1; consumed entries at the front are dropped.
-    entries: VecDeque<Adv>,
-    base: u64,
+    live: HMap<u64, Adv>,
+    /// Receive requests recorded so far (the last k).
+    seen: u64,
+    /// Queues of k; entries no longer live are dropped lazily from the front.
     fifo: HMap<(Ctx, TagSel), VecDeque<u64>>,
 }
 
 impl AdvTable {
     /// Records receive request `k` (requests arrive in order: k = previous + 1).
     pub fn push(&mut self, k: u64, adv: Adv) {
-        debug_assert_eq!(k, self.base + self.entries.len() as u64 + 1);
+        debug_assert_eq!(k, self.seen + 1);
+        self.seen = k;
         if adv.live {
             self.fifo.entry((adv.ctx, adv.tag)).or_default().push_back(k);
-        }
-        self.entries.push_back(adv);
-        self.trim();
-    }
-
-    fn get(&self, k: u64) -> Option<&Adv> {
-        k.checked_sub(self.base + 1).and_then(|i| self.entries.get(i as usize))
-    }
-
-    fn trim(&mut self) {
-        while self.entries.front().is_some_and(|e| !e.live) {
-            self.entries.pop_front();
-            self.base += 1;
+            self.live.insert(k, adv);
         }
     }
 
     fn head(&mut self, key: (Ctx, TagSel)) -> Option<u64> {
         let q = self.fifo.get_mut(&key)?;
         while let Some(&k) = q.front() {
-            let live = k
-                .checked_sub(self.base + 1)
-                .and_then(|i| self.entries.get(i as usize))
-                .is_some_and(|e| e.live);
-            if live {
+            if self.live.contains_key(&k) {
                 return Some(k);
             }
             q.pop_front();
@@ -77,23 +65,18 @@ impl AdvTable {
 
     /// Marks entry k consumed; returns it if it was live.
     pub fn kill(&mut self, k: u64) -> Option<Adv> {
-        let i = k.checked_sub(self.base + 1)? as usize;
-        let e = self.entries.get_mut(i)?;
-        if !e.live {
-            return None;
-        }
+        let mut e = self.live.remove(&k)?;
         e.live = false;
-        let out = *e;
-        self.trim();
-        Some(out)
+        Some(e)
     }
 
+    #[cfg(test)]
     pub fn is_live(&self, k: u64) -> bool {
-        self.get(k).is_some_and(|e| e.live)
+        self.live.contains_key(&k)
     }
 
     pub fn live_count(&self) -> usize {
-        self.entries.iter().filter(|e| e.live).count()
+        self.live.len()
     }
 }
 
@@ -136,6 +119,7 @@ impl Crossing {
         Some(e.i)
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.q.len()
     }
