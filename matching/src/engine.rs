@@ -598,8 +598,17 @@ impl Engine {
         let p = &mut self.peers[to as usize];
         if let Some((k, adv)) = p.adv.take_match(spec.ctx, spec.tag) {
             self.stats.direct_writes += 1;
-            self.sends.insert(id, st);
             let len = spec.len.min(adv.buf.len);
+            if len <= self.cfg.inline_limit {
+                // small: the payload rides in the notice; the send completes when the
+                // notice leaves (it may wait for a credit)
+                self.stats.inline_writes += 1;
+                self.sends.insert(id, st);
+                let msg = Ctrl::WrittenInline { k, tag: spec.tag, len, msg_len: spec.len };
+                self.emit(to, Queued::Ctrl { msg, payload: Some((id, len)), done: Some(id) });
+                return Ok(id);
+            }
+            self.sends.insert(id, st);
             // the payload goes now, whatever the credits: the buffer is ours alone
             // since the entry was taken; only the notice waits for a credit
             self.out.push_back(Output::Put { to, send: id, dst: adv.buf, len });
@@ -749,7 +758,7 @@ impl Engine {
                     self.peers[from as usize].sendreq_seen += 1;
                 }
             }
-            Ctrl::Written { k, tag, len, msg_len } => {
+            Ctrl::Written { k, tag, len, msg_len } | Ctrl::WrittenInline { k, tag, len, msg_len } => {
                 let r = self.peers[from as usize]
                     .adv_recv
                     .get(&k)
@@ -760,6 +769,9 @@ impl Engine {
                     return Err(violation("direct write longer than the advertised buffer"));
                 }
                 let truncated_from = (msg_len > len).then_some(msg_len);
+                if matches!(frame.msg, Ctrl::WrittenInline { .. }) {
+                    deliver = Some(Deliver { recv: r, range: hl..hl + len as usize });
+                }
                 self.finish_recv(r, RecvOutcome::Received { source: from, tag, len, truncated_from });
             }
             Ctrl::Ack { i } | Ctrl::Fin { i } => {

@@ -155,6 +155,9 @@ pub struct Config {
     pub protocol: RecvProtocol,
     /// Largest payload carried inside a send request (`RecvProtocol::Eager`).
     pub eager_limit: u64,
+    /// Largest direct write sent inline in its notice (copied by the receiver when
+    /// it reads the notice) instead of by a one-sided write; 0 = always one-sided.
+    pub inline_limit: u64,
     /// Control messages one rank may have outstanding towards one peer. The
     /// transport's ring must hold `credits + credits / low_water + 2` messages.
     pub credits: u32,
@@ -170,6 +173,7 @@ impl Default for Config {
             matching: MatchingMode::Both,
             protocol: RecvProtocol::Eager,
             eager_limit: 8192,
+            inline_limit: 0,
             credits: 32,
             low_water: 16,
             mutation: Mutation::None,
@@ -246,8 +250,11 @@ pub enum ProtocolError {
 /// Counters of which path messages took, for tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Stats {
-    /// Sends written straight into an advertised receive buffer.
+    /// Sends matched at the sender and written straight into an advertised receive
+    /// buffer (one-sided, or inline in the notice for small ones).
     pub direct_writes: u64,
+    /// Of those, the ones carried inline in their notice.
+    pub inline_writes: u64,
     /// Sends that went as a send request with the payload inline.
     pub eager_sends: u64,
     /// Sends that went as a rendezvous send request (receiver reads).
@@ -264,8 +271,9 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "direct={} eager={} rndv={} advertised={} crossed={} credit_stalls={}",
+            "direct={} (inline {}) eager={} rndv={} advertised={} crossed={} credit_stalls={}",
             self.direct_writes,
+            self.inline_writes,
             self.eager_sends,
             self.rndv_sends,
             self.advertised,

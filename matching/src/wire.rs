@@ -65,6 +65,10 @@ pub enum Ctrl {
     /// Direct-write notice (S→R): the payload of a message for receive request `k` has
     /// been written into its buffer (`len` bytes of a `msg_len`-byte message).
     Written { k: u64, tag: Tag, len: u64, msg_len: u64 },
+    /// Inline direct write (S→R): as `Written`, but the `len` payload bytes follow the
+    /// header and R copies them into receive request `k`'s buffer (small messages,
+    /// where a copy through the ring is cheaper than a one-sided write).
+    WrittenInline { k: u64, tag: Tag, len: u64, msg_len: u64 },
     /// Send request `i` matched (synchronous or ready mode).
     Ack { i: u64 },
     /// Ready-mode send request `i` found no posted receive; it was discarded.
@@ -165,6 +169,7 @@ mod kind {
     pub const CANCEL_SEND: u8 = 11;
     pub const CANCEL_ACK: u8 = 12;
     pub const CREDIT: u8 = 13;
+    pub const WRITTEN_INLINE: u8 = 14;
 }
 
 fn tagsel_code(t: TagSel) -> u64 {
@@ -184,6 +189,7 @@ pub fn encode(f: &Frame) -> Header {
         Ctrl::SendReq { body: Body::Rndv(_), .. } => kind::SEND_RNDV,
         Ctrl::SendReq { body: Body::GetNow(_), .. } => kind::SEND_GET,
         Ctrl::Written { .. } => kind::WRITTEN,
+        Ctrl::WrittenInline { .. } => kind::WRITTEN_INLINE,
         Ctrl::Ack { .. } => kind::ACK,
         Ctrl::Nack { .. } => kind::NACK,
         Ctrl::Fin { .. } => kind::FIN,
@@ -211,7 +217,7 @@ pub fn encode(f: &Frame) -> Header {
                 h.rbuf(&b);
             }
         }
-        Ctrl::Written { k, tag, len, msg_len } => {
+        Ctrl::Written { k, tag, len, msg_len } | Ctrl::WrittenInline { k, tag, len, msg_len } => {
             h.varint(k);
             h.varint(tag as u32 as u64);
             h.varint(len);
@@ -326,7 +332,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
             }
             Ctrl::SendReq { ctx, tag, len, flags, body }
         }
-        kind::WRITTEN => {
+        kind::WRITTEN | kind::WRITTEN_INLINE => {
+            let inline = k == kind::WRITTEN_INLINE;
             let k = r.varint()?;
             let tag = r.tag()?;
             let len = r.varint()?;
@@ -334,7 +341,11 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
             if len > msg_len {
                 return Err(WireError::Range);
             }
-            Ctrl::Written { k, tag, len, msg_len }
+            if inline {
+                Ctrl::WrittenInline { k, tag, len, msg_len }
+            } else {
+                Ctrl::Written { k, tag, len, msg_len }
+            }
         }
         kind::ACK => Ctrl::Ack { i: r.varint()? },
         kind::NACK => Ctrl::Nack { i: r.varint()? },
@@ -353,6 +364,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
             Err(WireError::PayloadLength { want: len, got: rest })
         }
         Ctrl::SendReq { body: Body::Eager, .. } => Ok((Frame { credit, msg }, hl)),
+        Ctrl::WrittenInline { len, .. } if rest != len => Err(WireError::PayloadLength { want: len, got: rest }),
+        Ctrl::WrittenInline { .. } => Ok((Frame { credit, msg }, hl)),
         _ if rest != 0 => Err(WireError::TrailingBytes(hl)),
         _ => Ok((Frame { credit, msg }, hl)),
     }

@@ -162,14 +162,21 @@ fn exhaustive_default_bounds() {
     for (name, progs) in [
         ("A (1 sender, eager)", phase_a(both)),
         ("A (receiver-only matching)", phase_a(cfg(|c| c.matching = MatchingMode::Receiver))),
+        ("A (inline direct writes)", phase_a(cfg(|c| c.inline_limit = SMALL))),
         ("B (2 senders)", phase_b(both, 2)),
         ("C (rendezvous/sync, 1 credit)", phase_c(cfg(|c| {
+            c.credits = 1;
+            c.low_water = 1;
+        }))),
+        ("C (inline direct writes, 1 credit)", phase_c(cfg(|c| {
+            c.inline_limit = SMALL;
             c.credits = 1;
             c.low_water = 1;
         }))),
         ("C (get protocol)", phase_c(cfg(|c| c.protocol = RecvProtocol::Get))),
         ("C (sync protocol)", phase_c(cfg(|c| c.protocol = RecvProtocol::Sync))),
         ("D (cancel)", phase_d(both)),
+        ("D (cancel, inline)", phase_d(cfg(|c| c.inline_limit = SMALL))),
         ("D (cancel, 1 credit)", phase_d(cfg(|c| {
             c.credits = 1;
             c.low_water = 1;

@@ -5,7 +5,7 @@ use crate::progress::{self, State};
 use crate::topology::SimpleCommunicator;
 use launcher::Boot;
 use matching::{Config, Engine, MatchingMode, RecvProtocol};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use transport::Exchange;
 
 /// The MPI environment of this process. Dropping it finalizes MPI.
@@ -15,10 +15,15 @@ pub struct Universe {
 
 /// Reads the protocol switches from the environment:
 /// `RSMPI_MATCHING=both|receiver`, `RSMPI_PROTOCOL=eager|get|sync`,
-/// `RSMPI_EAGER_LIMIT=bytes`. Every rank of a job must see the same values (rsmpirun
+/// `RSMPI_EAGER_LIMIT=bytes`, `RSMPI_INLINE_LIMIT=bytes` (direct writes up to this
+/// size travel inline in their notice instead of by a one-sided write; default 4096,
+/// 0 = always one-sided). Every rank of a job must see the same values (rsmpirun
 /// passes its environment to all ranks).
 pub fn config_from_env() -> Result<Config> {
-    let mut c = Config::default();
+    let mut c = Config { inline_limit: 4096, ..Config::default() };
+    if let Ok(v) = std::env::var("RSMPI_INLINE_LIMIT") {
+        c.inline_limit = v.parse().map_err(|_| Error::Transport(format!("RSMPI_INLINE_LIMIT={v}")))?;
+    }
     if let Ok(v) = std::env::var("RSMPI_MATCHING") {
         c.matching = match v.as_str() {
             "both" => MatchingMode::Both,
@@ -79,6 +84,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     let caps = transport::Transport::caps(&t);
     // the eager payload rides inside one control message
     cfg.eager_limit = cfg.eager_limit.min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
+    cfg.inline_limit = cfg.inline_limit.min(cfg.eager_limit);
     while cfg.ring_slots_needed() as usize > caps.ctrl_slots && cfg.credits > 1 {
         cfg.credits /= 2;
         cfg.low_water = (cfg.credits / 2).max(1);
@@ -89,12 +95,13 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         engine,
         transport: Box::new(t),
         regions: Default::default(),
-        recv_dst: HashMap::new(),
-        send_src: HashMap::new(),
-        done: HashMap::new(),
+        recv_dst: HashMap::default(),
+        send_src: HashMap::default(),
+        by_region: HashMap::default(),
+        done: HashMap::default(),
         boot,
         next_ctx: 16,
-        groups: HashMap::from([(1, progress::Group::new(vec![me]))]),
+        groups: HashMap::from_iter([(1, progress::Group::new(vec![me]))]),
         freed: Default::default(),
         start: std::time::Instant::now(),
     })?;

@@ -21,7 +21,7 @@
 //! job with a message naming the rank, the call and the cause (`MPI_ERRORS_ARE_FATAL`);
 //! each has a `try_` form returning [`Result`] for code that handles errors itself.
 //!
-//! Protocol settings come from the environment: `RSMPI_MATCHING=both|receiver`,
+//! Protocol settings come from the environment (see [`config_from_env`]): `RSMPI_MATCHING=both|receiver`,
 //! `RSMPI_PROTOCOL=eager|get|sync`, `RSMPI_EAGER_LIMIT=bytes`.
 #![forbid(unsafe_code)]
 

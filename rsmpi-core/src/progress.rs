@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use launcher::Boot;
 use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use transport::mem::{RegionHost, RegionId, Regions};
 use transport::{Rank, Transport, TransportError};
 
@@ -37,6 +37,12 @@ pub(crate) enum RecvDst {
 }
 
 impl RecvDst {
+    pub fn region(&self) -> RegionId {
+        match self {
+            RecvDst::Region(r) | RecvDst::Packed { region: r, .. } => *r,
+        }
+    }
+
     /// The contiguous bytes the message is written to.
     pub fn bytes<'a>(&'a mut self, regions: &'a mut Regions) -> Option<&'a mut [u8]> {
         match self {
@@ -78,6 +84,9 @@ pub(crate) struct State {
     pub regions: Regions,
     pub recv_dst: HashMap<RecvId, RecvDst>,
     pub send_src: HashMap<SendId, SendSrc>,
+    /// The request using each lent region, so that a scope's end finds its requests
+    /// without scanning all of them.
+    pub by_region: HashMap<RegionId, Key>,
     pub done: HashMap<Key, Done>,
     pub boot: Boot,
     pub next_ctx: u32,
@@ -249,7 +258,11 @@ impl State {
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
-                    if let Some(RecvDst::Packed { tmp, region, datatype, count }) = self.recv_dst.remove(&recv) {
+                    let dst = self.recv_dst.remove(&recv);
+                    if let Some(d) = &dst {
+                        self.by_region.remove(&d.region());
+                    }
+                    if let Some(RecvDst::Packed { tmp, region, datatype, count }) = dst {
                         let len = match outcome {
                             RecvOutcome::Received { len, .. } => len as usize,
                             RecvOutcome::Cancelled => 0,
@@ -262,8 +275,15 @@ impl State {
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
-                    if matches!(self.send_src.get(&send), Some(SendSrc::Region(_) | SendSrc::Packed(_))) {
-                        self.send_src.remove(&send);
+                    match self.send_src.get(&send) {
+                        Some(SendSrc::Region(r)) => {
+                            self.by_region.remove(r);
+                            self.send_src.remove(&send);
+                        }
+                        Some(SendSrc::Packed(_)) => {
+                            self.send_src.remove(&send);
+                        }
+                        _ => {}
                     }
                     self.done.insert(Key::Send(send), Done::Send(outcome));
                 }
@@ -321,26 +341,22 @@ impl RegionHost for Host {
             return;
         }
         let pending: Vec<Key> = with(|s| {
-            let recvs: Vec<Key> = s
-                .recv_dst
+            let keys: Vec<Key> = ids
                 .iter()
-                .filter(|(_, d)| matches!(d, RecvDst::Region(r) | RecvDst::Packed { region: r, .. } if ids.contains(r)))
-                .map(|(k, _)| Key::Recv(*k))
+                .filter_map(|id| s.by_region.get(id).copied())
+                .filter(|k| match k {
+                    Key::Recv(r) => s.recv_dst.contains_key(r),
+                    Key::Send(x) => s.send_src.contains_key(x),
+                })
                 .collect();
-            let sends: Vec<Key> = s
-                .send_src
-                .iter()
-                .filter(|(_, src)| matches!(src, SendSrc::Region(r) if ids.contains(r)))
-                .map(|(k, _)| Key::Send(*k))
-                .collect();
-            for k in recvs.iter().chain(&sends) {
+            for k in &keys {
                 let _ = match k {
                     Key::Recv(r) => s.engine.cancel_recv(*r),
                     Key::Send(x) => s.engine.cancel_send(*x),
                 };
             }
             s.run_outputs();
-            recvs.into_iter().chain(sends).collect()
+            keys
         });
         for k in pending {
             wait(k);

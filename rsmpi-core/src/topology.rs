@@ -297,6 +297,9 @@ fn start_send(ctx: u32, dest: u32, tag: Tag, arg: SendArg, mode: SendMode) -> Re
         let buf = s.transport.expose(addr, len);
         let spec = SendSpec { dest, tag, ctx, len: len as u64, mode, buf: progress::to_matching(buf) };
         let id = s.engine.start_send(spec)?;
+        if let SendSrc::Region(r) = &src {
+            s.by_region.insert(*r, Key::Send(id));
+        }
         s.send_src.insert(id, src);
         s.run_outputs();
         Ok(Key::Send(id))
@@ -311,6 +314,7 @@ fn start_recv(ctx: u32, source: Src, tag: TagSel, dst: RecvDst) -> Result<Key> {
         let buf = s.transport.expose(addr, len);
         let spec = RecvSpec { source, tag, ctx, capacity: len as u64, buf: Some(progress::to_matching(buf)) };
         let id = s.engine.post_recv(spec)?;
+        s.by_region.insert(dst.region(), Key::Recv(id));
         s.recv_dst.insert(id, dst);
         s.run_outputs();
         Ok(Key::Recv(id))
@@ -718,6 +722,7 @@ impl Message {
             let cap = progress::with(|s| dst.bytes(&mut s.regions).map_or(0, |b| b.len())) as u64;
             let key = progress::with(|s| -> Result<Key> {
                 let r = s.engine.mrecv(id, cap)?;
+                s.by_region.insert(dst.region(), Key::Recv(r));
                 s.recv_dst.insert(r, dst);
                 s.run_outputs();
                 Ok(Key::Recv(r))

@@ -52,7 +52,8 @@ fn preposted_receives_take_the_one_sided_path() {
         let w = u.world();
         const N: usize = 50;
         if w.rank() == 1 {
-            let mut bufs = vec![[0u64; 16]; N];
+            // larger than the inline limit (4 KiB): these take the one-sided write
+            let mut bufs = vec![[0u64; 1024]; N];
             request::scope(|sc| {
                 let reqs: Vec<_> = bufs
                     .iter_mut()
@@ -63,18 +64,18 @@ fn preposted_receives_take_the_one_sided_path() {
                 std::thread::sleep(Duration::from_millis(800));
                 for (i, r) in reqs.into_iter().enumerate() {
                     let st = r.wait();
-                    assert_eq!((st.source_rank(), st.tag(), st.count::<u64>()), (0, 3, 16), "receive {i}");
+                    assert_eq!((st.source_rank(), st.tag(), st.count::<u64>()), (0, 3, 1024), "receive {i}");
                 }
             });
             for (i, b) in bufs.iter().enumerate() {
-                assert_eq!(b, &[i as u64; 16]);
+                assert_eq!(b, &[i as u64; 1024]);
             }
             w.process_at_rank(0).send(&0u8);
         } else {
             w.barrier();
             let t = Instant::now();
             for i in 0..N {
-                w.process_at_rank(1).send_with_tag(&[i as u64; 16][..], 3);
+                w.process_at_rank(1).send_with_tag(&[i as u64; 1024][..], 3);
             }
             let took = t.elapsed();
             let s = u.stats();

@@ -231,7 +231,7 @@ impl RingMem {
         let total = parts[0].len() + parts[1].len();
         assert!(off + total <= RING_BYTES);
         let mut dst = off;
-        for p in parts {
+        for p in parts.into_iter().filter(|p| !p.is_empty()) {
             // SAFETY: dst + p.len() <= off + total <= RING_BYTES (checked above), so the
             // destination is inside the data area. The producer only writes space that
             // the consumer released (Producer::try_push checks it against `head`), so no

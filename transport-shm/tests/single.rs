@@ -264,3 +264,9 @@ fn invalid_job_id_is_rejected() {
     assert!(matches!(e, TransportError::Exchange(_)), "{e:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn transport_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<ShmTransport>();
+}

@@ -236,6 +236,12 @@ impl Step<'_> {
                     if let Some((s, len)) = payload {
                         let g = self.send_idx(rank, s);
                         bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
+                        if let Ok((wire::Frame { msg: wire::Ctrl::WrittenInline { .. }, .. }, _)) =
+                            wire::decode(&bytes)
+                        {
+                            // matched at the sender: the bytes travel inline
+                            self.w.matched |= 1 << g;
+                        }
                     }
                     let n = self.p.n();
                     self.w.chan[rank as usize * n + to as usize].push_back(bytes);

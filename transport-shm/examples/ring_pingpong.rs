@@ -2,7 +2,7 @@
 //! ping-pong between two processes (this binary re-executed as rank 0 and rank 1).
 //!
 //! ```text
-//! cargo run --release -p rsmpi-transport-shm --example pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw]
+//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw]
 //! ```
 //!
 //! `--raw` additionally measures the floor under the same conditions: two threads
@@ -27,6 +27,7 @@ fn main() {
     let nums: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let iters = nums.first().copied().unwrap_or(20_000);
     let runs = nums.get(1).copied().unwrap_or(15) as usize;
+    let allowed = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
 
     if let Ok(spec) = std::env::var(ENV) {
         // Child: "rank dir job".
@@ -35,14 +36,16 @@ fn main() {
         let dir = it.next().unwrap().to_owned();
         let job = it.next().unwrap().to_owned();
         if pin {
-            pin_to(rank as usize);
+            pin_to(&allowed, rank as usize);
         }
         let mut t = ShmTransport::new(&mut FileExchange::new(dir, rank, 2, job)).unwrap();
         return ping_pong(&mut t, iters, runs);
     }
 
     if args.iter().any(|a| a == "--raw") {
-        raw_ping_pong(iters, runs, pin);
+        raw_ping_pong(iters, runs, pin.then_some(&allowed));
+        // Undo the pinning, which the children would inherit.
+        let _ = rustix::thread::sched_setaffinity(None, &allowed);
     }
     let (job, dir) = new_job("pingpong");
     let exe = std::env::current_exe().unwrap();
@@ -112,23 +115,29 @@ fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize) {
     }
 }
 
-fn pin_to(cpu: usize) {
+/// Pins the calling thread to the `i`-th CPU this process started with.
+fn pin_to(allowed: &rustix::thread::CpuSet, i: usize) {
+    let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| allowed.is_set(c))
+        .collect();
+    if cpus.is_empty() {
+        return;
+    }
     let mut set = rustix::thread::CpuSet::new();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    set.set(cpu % cpus);
+    set.set(cpus[i % cpus.len()]);
     let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
 /// The hardware floor: one 8-byte counter on its own cache line, bounced between two
 /// threads (each waits for the other's value, then writes the next one).
-fn raw_ping_pong(iters: u64, runs: usize, pin: bool) {
+fn raw_ping_pong(iters: u64, runs: usize, pin: Option<&rustix::thread::CpuSet>) {
     use std::sync::atomic::{AtomicU64, Ordering};
     let line = crossbeam_utils::CachePadded::new(AtomicU64::new(0));
     let mut one_way = Vec::new();
     std::thread::scope(|s| {
         s.spawn(|| {
-            if pin {
-                pin_to(1);
+            if let Some(allowed) = pin {
+                pin_to(allowed, 1);
             }
             for i in 0..(runs as u64 + 1) * iters {
                 let mut spins = 0u32;
@@ -141,8 +150,8 @@ fn raw_ping_pong(iters: u64, runs: usize, pin: bool) {
                 line.store(2 * i + 2, Ordering::Release);
             }
         });
-        if pin {
-            pin_to(0);
+        if let Some(allowed) = pin {
+            pin_to(allowed, 0);
         }
         for run in 0..=runs as u64 {
             let start = Instant::now();
