@@ -149,6 +149,8 @@ pub trait Transport {
 
     /// Writes `src` into `dst` at byte `offset` of the peer's exposed buffer. The write
     /// is visible at the peer before any control message sent after this call returns.
+    /// `dst` must be a descriptor the peer produced with [`Transport::expose`] and
+    /// advertised (the protocol layer guarantees this); transports check the bounds.
     fn put(&mut self, peer: Rank, src: &[u8], dst: RemoteBuf, offset: u64)
         -> Result<(), TransportError>;
 
