@@ -79,6 +79,12 @@ fn ctrl() -> impl Strategy<Value = Ctrl> {
             len: a.min(b),
             msg_len: a.max(b)
         }),
+        (u64_edge(), tag(), 0..64u64, u64_edge()).prop_map(|(k, tag, a, b)| Ctrl::WrittenInline {
+            k,
+            tag,
+            len: a.min(b),
+            msg_len: a.max(b)
+        }),
         u64_edge().prop_map(|i| Ctrl::Ack { i }),
         u64_edge().prop_map(|i| Ctrl::Nack { i }),
         u64_edge().prop_map(|i| Ctrl::Fin { i }),
@@ -138,6 +144,12 @@ fn small_frame() -> impl Strategy<Value = Frame> {
             len: a.min(b),
             msg_len: a.max(b)
         }),
+        (n(), t(), 0..24u64, 0..24u64).prop_map(|(k, tag, a, b)| Ctrl::WrittenInline {
+            k,
+            tag,
+            len: a.min(b),
+            msg_len: a.max(b)
+        }),
         n().prop_map(|i| Ctrl::Ack { i }),
         n().prop_map(|i| Ctrl::Nack { i }),
         n().prop_map(|i| Ctrl::Fin { i }),
@@ -154,12 +166,7 @@ fn small_frame() -> impl Strategy<Value = Frame> {
 /// `len` payload bytes.
 fn wire_bytes(f: &Frame) -> Vec<u8> {
     let mut b = encode(f).as_bytes().to_vec();
-    if let Ctrl::SendReq {
-        len,
-        body: Body::Eager,
-        ..
-    } = f.msg
-    {
+    if let Some(len) = eager_len(f) {
         b.extend((0..len).map(|x| x as u8 ^ 0xa5));
     }
     b
@@ -171,7 +178,8 @@ fn eager_len(f: &Frame) -> Option<u64> {
             len,
             body: Body::Eager,
             ..
-        } => Some(len),
+        }
+        | Ctrl::WrittenInline { len, .. } => Some(len),
         _ => None,
     }
 }
@@ -291,6 +299,7 @@ const SMALL_CFG: Config = Config {
     matching: MatchingMode::Both,
     protocol: RecvProtocol::Eager,
     eager_limit: 8,
+    inline_limit: 4,
     credits: 2,
     low_water: 1,
     mutation: Mutation::None,

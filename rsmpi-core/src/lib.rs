@@ -40,7 +40,7 @@ pub use environment::{
     config_from_env, initialize, initialize_thread, initialize_with, time, time_resolution, Threading, Universe,
 };
 pub use error::{Error, ErrorClass, Result};
-pub use matching::Stats;
+pub use matching::{SendMode, Stats};
 pub use topology::{
     AnyProcess, CommunicatorRelation, Message, Process, Rank, SimpleCommunicator, Status, Tag, PROC_NULL, TAG_UB,
 };

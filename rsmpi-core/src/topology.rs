@@ -473,6 +473,22 @@ macro_rules! receive_methods {
             request::Persistent { start: Box::new(start), active: None, region }
         }
 
+        /// [`Self::immediate_receive_into_with_tag`] returning errors (`tag` `None` =
+        /// any tag).
+        pub fn try_immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(
+            &self,
+            scope: &'s Scope<'s, 'e>,
+            buf: &'s mut B,
+            tag: Option<Tag>,
+        ) -> Result<Request<'s>> {
+            self.try_immediate_receive_into_tagged(scope, buf, tag)
+        }
+
+        /// [`Self::probe_with_tag`] returning errors (`tag` `None` = any tag).
+        pub fn try_probe(&self, tag: Option<Tag>) -> Result<Status> {
+            self.probe_tagged(tag)
+        }
+
         fn try_receive_vec_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<T>, Status)> {
             let (msg, st) = self.mprobe_tagged(tag)?;
             let size = std::mem::size_of::<T>();
@@ -661,6 +677,22 @@ impl Process {
             Ok(Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData })
         };
         request::Persistent { start: Box::new(start), active: None, region }
+    }
+
+    /// Starts a send in any mode, returning errors instead of aborting.
+    pub fn try_immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<Request<'s>> {
+        self.immediate(scope, buf, tag, mode)
+    }
+
+    /// [`Self::synchronous_send_with_tag`] returning errors.
+    pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(self, buf, tag, SendMode::Synchronous)
     }
 
     /// Starts a standard-mode send with tag 0 (`MPI_Isend`).
