@@ -34,7 +34,10 @@ impl AdvTable {
         debug_assert_eq!(k, self.seen + 1);
         self.seen = k;
         if adv.live {
-            self.fifo.entry((adv.ctx, adv.tag)).or_default().push_back(k);
+            self.fifo
+                .entry((adv.ctx, adv.tag))
+                .or_default()
+                .push_back(k);
             self.live.insert(k, adv);
         }
     }
@@ -98,7 +101,12 @@ pub(crate) struct Crossing {
 
 impl Crossing {
     pub fn push(&mut self, i: u64, ctx: Ctx, tag: Tag) {
-        self.q.push_back(Issued { i, ctx, tag, assigned: false });
+        self.q.push_back(Issued {
+            i,
+            ctx,
+            tag,
+            assigned: false,
+        });
     }
 
     /// The peer has processed send requests up to `m`: forget them.
@@ -114,7 +122,10 @@ impl Crossing {
     /// own matching gives this receive. Returns its number, if any.
     pub fn replay(&mut self, m: u64, ctx: Ctx, tag: TagSel) -> Option<u64> {
         self.seen(m);
-        let e = self.q.iter_mut().find(|e| !e.assigned && e.ctx == ctx && tag.matches(e.tag))?;
+        let e = self
+            .q
+            .iter_mut()
+            .find(|e| !e.assigned && e.ctx == ctx && tag.matches(e.tag))?;
         e.assigned = true;
         Some(e.i)
     }
@@ -130,7 +141,12 @@ mod tests {
     use super::*;
 
     fn adv(tag: TagSel) -> Adv {
-        Adv { ctx: 0, tag, buf: RemoteBuf::default(), live: true }
+        Adv {
+            ctx: 0,
+            tag,
+            buf: RemoteBuf::default(),
+            live: true,
+        }
     }
 
     #[test]

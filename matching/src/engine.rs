@@ -15,14 +15,29 @@ use std::ops::Range;
 pub enum Output {
     /// Send control message `header` to `to`, followed by the first `len` bytes of
     /// send `payload`'s buffer if there is one (an eager send).
-    Transmit { to: Rank, header: Header, payload: Option<(SendId, u64)> },
+    Transmit {
+        to: Rank,
+        header: Header,
+        payload: Option<(SendId, u64)>,
+    },
     /// Write the first `len` bytes of `send`'s buffer into `dst` at `to` (one-sided).
     /// The `Written` notice follows as a later `Transmit`, so the write must be
     /// visible at `to` before that is delivered (the transport's ordering rule).
-    Put { to: Rank, send: SendId, dst: RemoteBuf, len: u64 },
+    Put {
+        to: Rank,
+        send: SendId,
+        dst: RemoteBuf,
+        len: u64,
+    },
     /// Read `len` bytes of `src` at `from` (one-sided) into `into`, then call
     /// [`Engine::get_done`].
-    Get { xfer: XferId, from: Rank, src: RemoteBuf, len: u64, into: GetInto },
+    Get {
+        xfer: XferId,
+        from: Rank,
+        src: RemoteBuf,
+        len: u64,
+        into: GetInto,
+    },
     /// Copy `data` (already cut to the receive's capacity) into `recv`'s buffer.
     CopyIn { recv: RecvId, data: Vec<u8> },
     /// A receive completed (after its data was delivered by earlier outputs).
@@ -112,7 +127,11 @@ struct SendState {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Queued {
-    Ctrl { msg: Ctrl, payload: Option<(SendId, u64)>, done: Option<SendId> },
+    Ctrl {
+        msg: Ctrl,
+        payload: Option<(SendId, u64)>,
+        done: Option<SendId>,
+    },
 }
 
 /// State shared with one peer (both directions).
@@ -182,7 +201,10 @@ impl Engine {
             cfg.credits >= 1 && (1..=cfg.credits).contains(&cfg.low_water),
             "need credits >= 1 and 1 <= low_water <= credits"
         );
-        let peer = Peer { credits: cfg.credits, ..Peer::default() };
+        let peer = Peer {
+            credits: cfg.credits,
+            ..Peer::default()
+        };
         Engine {
             cfg,
             me,
@@ -237,7 +259,9 @@ impl Engine {
 
     /// Number of live receives advertised to us by `peer` (sender-side memory).
     pub fn advertised_by(&self, peer: Rank) -> usize {
-        self.peers.get(peer as usize).map_or(0, |p| p.adv.live_count())
+        self.peers
+            .get(peer as usize)
+            .map_or(0, |p| p.adv.live_count())
     }
 
     fn id(&mut self) -> u64 {
@@ -250,7 +274,10 @@ impl Engine {
         if r < self.size {
             Ok(())
         } else {
-            Err(CallError::InvalidRank { rank: r, size: self.size })
+            Err(CallError::InvalidRank {
+                rank: r,
+                size: self.size,
+            })
         }
     }
 
@@ -285,7 +312,11 @@ impl Engine {
         match q {
             Queued::Ctrl { msg, payload, done } => {
                 let header = wire::encode(&Frame { credit, msg });
-                self.out.push_back(Output::Transmit { to, header, payload });
+                self.out.push_back(Output::Transmit {
+                    to,
+                    header,
+                    payload,
+                });
                 if let Some(s) = done {
                     let st = self.sends.get_mut(&s).expect("queued send");
                     st.emitted = true;
@@ -299,13 +330,22 @@ impl Engine {
 
     fn flush(&mut self, to: Rank) {
         while self.peers[to as usize].credits > 0 {
-            let Some(q) = self.peers[to as usize].outbox.pop_front() else { break };
+            let Some(q) = self.peers[to as usize].outbox.pop_front() else {
+                break;
+            };
             self.transmit(to, q);
         }
     }
 
     fn ctrl(&mut self, to: Rank, msg: Ctrl) {
-        self.emit(to, Queued::Ctrl { msg, payload: None, done: None });
+        self.emit(
+            to,
+            Queued::Ctrl {
+                msg,
+                payload: None,
+                done: None,
+            },
+        );
     }
 
     /// Counts a consumed message from `from`; returns credits explicitly when many are
@@ -316,8 +356,15 @@ impl Engine {
         p.owed += 1;
         if p.owed >= lw {
             let credit = std::mem::take(&mut p.owed);
-            let header = wire::encode(&Frame { credit, msg: Ctrl::Credit { m: p.sendreq_seen } });
-            self.out.push_back(Output::Transmit { to: from, header, payload: None });
+            let header = wire::encode(&Frame {
+                credit,
+                msg: Ctrl::Credit { m: p.sendreq_seen },
+            });
+            self.out.push_back(Output::Transmit {
+                to: from,
+                header,
+                payload: None,
+            });
         }
     }
 
@@ -329,7 +376,9 @@ impl Engine {
     }
 
     fn finish_send(&mut self, s: SendId, outcome: SendOutcome) {
-        let Some(st) = self.sends.remove(&s) else { return };
+        let Some(st) = self.sends.remove(&s) else {
+            return;
+        };
         if let Some(i) = st.i {
             self.peers[st.dest as usize].waiting.remove(&i);
         }
@@ -366,8 +415,14 @@ impl Engine {
             tag: spec.tag,
             ctx: spec.ctx,
             cap: spec.capacity,
-            buf: spec.buf.map(|b| RemoteBuf { len: b.len.min(spec.capacity), ..b }),
-            stage: RStage::Posted { adv: None, cancelling: false },
+            buf: spec.buf.map(|b| RemoteBuf {
+                len: b.len.min(spec.capacity),
+                ..b
+            }),
+            stage: RStage::Posted {
+                adv: None,
+                cancelling: false,
+            },
         };
         self.recvs.insert(id, st);
         if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
@@ -393,16 +448,29 @@ impl Engine {
 
     fn advertise(&mut self, id: RecvId) {
         let st = self.recvs[&id];
-        let Source::Rank(peer) = st.source else { unreachable!("only specific sources") };
+        let Source::Rank(peer) = st.source else {
+            unreachable!("only specific sources")
+        };
         let p = &mut self.peers[peer as usize];
         p.recvreq_sent += 1;
         let k = p.recvreq_sent;
         p.adv_recv.insert(k, id);
         let m = p.sendreq_seen;
-        self.recvs.get_mut(&id).unwrap().stage = RStage::Posted { adv: Some(k), cancelling: false };
+        self.recvs.get_mut(&id).unwrap().stage = RStage::Posted {
+            adv: Some(k),
+            cancelling: false,
+        };
         self.stats.advertised += 1;
         let buf = st.buf.expect("advertisable");
-        self.ctrl(peer, Ctrl::RecvReq { ctx: st.ctx, tag: st.tag, buf, m });
+        self.ctrl(
+            peer,
+            Ctrl::RecvReq {
+                ctx: st.ctx,
+                tag: st.tag,
+                buf,
+                m,
+            },
+        );
     }
 
     /// A receive that blocked advertising left the posted queue: once none is left in
@@ -433,7 +501,9 @@ impl Engine {
         let st = self.recvs[&id];
         self.posted.remove(id.0);
         if let RStage::Posted { adv: Some(k), .. } = st.stage {
-            let Source::Rank(p) = st.source else { unreachable!() };
+            let Source::Rank(p) = st.source else {
+                unreachable!()
+            };
             self.peers[p as usize].adv_recv.remove(&k);
         }
         st
@@ -442,7 +512,15 @@ impl Engine {
     fn outcome(st: &RecvState, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {
         let len = msg_len.min(st.cap);
         let truncated_from = (msg_len > st.cap).then_some(msg_len);
-        (len, RecvOutcome::Received { source, tag, len, truncated_from })
+        (
+            len,
+            RecvOutcome::Received {
+                source,
+                tag,
+                len,
+                truncated_from,
+            },
+        )
     }
 
     /// Completes receive `id` (already out of the posted queue) with an unexpected
@@ -469,11 +547,33 @@ impl Engine {
         }
     }
 
-    fn start_get(&mut self, id: RecvId, from: Rank, i: u64, src: RemoteBuf, len: u64, o: RecvOutcome) {
+    fn start_get(
+        &mut self,
+        id: RecvId,
+        from: Rank,
+        i: u64,
+        src: RemoteBuf,
+        len: u64,
+        o: RecvOutcome,
+    ) {
         let xfer = XferId(self.id());
-        self.xfers.insert(xfer, Xfer { from, i, owner: StageOwner::Recv(id), staged: false });
+        self.xfers.insert(
+            xfer,
+            Xfer {
+                from,
+                i,
+                owner: StageOwner::Recv(id),
+                staged: false,
+            },
+        );
         self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching { outcome: o };
-        self.out.push_back(Output::Get { xfer, from, src, len, into: GetInto::Recv(id) });
+        self.out.push_back(Output::Get {
+            xfer,
+            from,
+            src,
+            len,
+            into: GetInto::Recv(id),
+        });
     }
 
     /// Cancels a receive (`MPI_Cancel`). A receive still local is cancelled at once; an
@@ -482,11 +582,21 @@ impl Engine {
     pub fn cancel_recv(&mut self, id: RecvId) -> Result<(), CallError> {
         let st = *self.recvs.get(&id).ok_or(CallError::UnknownRequest)?;
         match st.stage {
-            RStage::Fetching { .. } | RStage::Posted { cancelling: true, .. } => Ok(()),
-            RStage::Posted { adv: Some(k), cancelling: false } => {
-                self.recvs.get_mut(&id).unwrap().stage =
-                    RStage::Posted { adv: Some(k), cancelling: true };
-                let Source::Rank(p) = st.source else { unreachable!() };
+            RStage::Fetching { .. }
+            | RStage::Posted {
+                cancelling: true, ..
+            } => Ok(()),
+            RStage::Posted {
+                adv: Some(k),
+                cancelling: false,
+            } => {
+                self.recvs.get_mut(&id).unwrap().stage = RStage::Posted {
+                    adv: Some(k),
+                    cancelling: true,
+                };
+                let Source::Rank(p) = st.source else {
+                    unreachable!()
+                };
                 self.ctrl(p, Ctrl::Retract { k });
                 Ok(())
             }
@@ -507,7 +617,12 @@ impl Engine {
     pub fn probe(&self, source: Source, tag: TagSel, ctx: Ctx) -> Option<Envelope> {
         let seq = self.unexpected.find(ctx, source, tag)?;
         let e = self.unexpected.peek(seq)?;
-        Some(Envelope { source: e.src, tag: e.tag, ctx: e.ctx, len: e.len })
+        Some(Envelope {
+            source: e.src,
+            tag: e.tag,
+            ctx: e.ctx,
+            len: e.len,
+        })
     }
 
     /// `MPI_Improbe`: takes the earliest matching unexpected message out of the queue,
@@ -515,7 +630,12 @@ impl Engine {
     pub fn mprobe(&mut self, source: Source, tag: TagSel, ctx: Ctx) -> Option<(MsgId, Envelope)> {
         let seq = self.unexpected.find(ctx, source, tag)?;
         let e = self.unexpected.take(seq)?;
-        let env = Envelope { source: e.src, tag: e.tag, ctx: e.ctx, len: e.len };
+        let env = Envelope {
+            source: e.src,
+            tag: e.tag,
+            ctx: e.ctx,
+            len: e.len,
+        };
         let id = MsgId(self.id());
         if let UData::Staging(x) = e.data {
             self.xfers.get_mut(&x).unwrap().owner = StageOwner::Probed(id);
@@ -534,7 +654,10 @@ impl Engine {
             ctx: e.ctx,
             cap: capacity,
             buf: None,
-            stage: RStage::Posted { adv: None, cancelling: false },
+            stage: RStage::Posted {
+                adv: None,
+                cancelling: false,
+            },
         };
         self.recvs.insert(id, st);
         self.deliver_unexpected(id, e, None);
@@ -577,7 +700,10 @@ impl Engine {
             let (size, used) = self.bsend.as_mut().ok_or(CallError::NoBufferAttached)?;
             let free = *size - *used;
             if spec.len > free {
-                return Err(CallError::Buffer(SendError::BufferTooSmall { needed: spec.len, free }));
+                return Err(CallError::Buffer(SendError::BufferTooSmall {
+                    needed: spec.len,
+                    free,
+                }));
             }
             *used += spec.len;
             user = false;
@@ -592,7 +718,10 @@ impl Engine {
             user,
         };
         if !user {
-            self.out.push_back(Output::SendDone { send: id, outcome: SendOutcome::Sent });
+            self.out.push_back(Output::SendDone {
+                send: id,
+                outcome: SendOutcome::Sent,
+            });
         }
         let to = spec.dest;
         let p = &mut self.peers[to as usize];
@@ -604,16 +733,41 @@ impl Engine {
                 // notice leaves (it may wait for a credit)
                 self.stats.inline_writes += 1;
                 self.sends.insert(id, st);
-                let msg = Ctrl::WrittenInline { k, tag: spec.tag, len, msg_len: spec.len };
-                self.emit(to, Queued::Ctrl { msg, payload: Some((id, len)), done: Some(id) });
+                let msg = Ctrl::WrittenInline {
+                    k,
+                    tag: spec.tag,
+                    len,
+                    msg_len: spec.len,
+                };
+                self.emit(
+                    to,
+                    Queued::Ctrl {
+                        msg,
+                        payload: Some((id, len)),
+                        done: Some(id),
+                    },
+                );
                 return Ok(id);
             }
             self.sends.insert(id, st);
             // the payload goes now, whatever the credits: the buffer is ours alone
             // since the entry was taken; only the notice waits for a credit
-            self.out.push_back(Output::Put { to, send: id, dst: adv.buf, len });
+            self.out.push_back(Output::Put {
+                to,
+                send: id,
+                dst: adv.buf,
+                len,
+            });
             self.finish_send(id, SendOutcome::Sent);
-            self.ctrl(to, Ctrl::Written { k, tag: spec.tag, len, msg_len: spec.len });
+            self.ctrl(
+                to,
+                Ctrl::Written {
+                    k,
+                    tag: spec.tag,
+                    len,
+                    msg_len: spec.len,
+                },
+            );
             return Ok(id);
         }
         p.sendreq_sent += 1;
@@ -638,9 +792,22 @@ impl Engine {
         st.i = Some(i);
         st.needs_reply = !eager || flags.sync || flags.ready;
         self.sends.insert(id, st);
-        let msg = Ctrl::SendReq { ctx: spec.ctx, tag: spec.tag, len: spec.len, flags, body };
+        let msg = Ctrl::SendReq {
+            ctx: spec.ctx,
+            tag: spec.tag,
+            len: spec.len,
+            flags,
+            body,
+        };
         let payload = eager.then_some((id, spec.len));
-        self.emit(to, Queued::Ctrl { msg, payload, done: Some(id) });
+        self.emit(
+            to,
+            Queued::Ctrl {
+                msg,
+                payload,
+                done: Some(id),
+            },
+        );
         Ok(id)
     }
 
@@ -665,10 +832,17 @@ impl Engine {
     /// the driver copies it before releasing the message and before draining outputs.
     pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
         if from >= self.size {
-            return Err(ProtocolError::Violation { from, what: "unknown rank".into() });
+            return Err(ProtocolError::Violation {
+                from,
+                what: "unknown rank".into(),
+            });
         }
-        let (frame, hl) = wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
-        let violation = |what: &str| ProtocolError::Violation { from, what: what.to_string() };
+        let (frame, hl) =
+            wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
+        let violation = |what: &str| ProtocolError::Violation {
+            from,
+            what: what.to_string(),
+        };
         {
             let p = &mut self.peers[from as usize];
             p.credits = p
@@ -702,9 +876,23 @@ impl Engine {
                 } else {
                     p.crossing.seen(m);
                 }
-                p.adv.push(k, Adv { ctx, tag, buf, live });
+                p.adv.push(
+                    k,
+                    Adv {
+                        ctx,
+                        tag,
+                        buf,
+                        live,
+                    },
+                );
             }
-            Ctrl::SendReq { ctx, tag, len, flags, body } => {
+            Ctrl::SendReq {
+                ctx,
+                tag,
+                len,
+                flags,
+                body,
+            } => {
                 let count_first = self.cfg.mutation != Mutation::CountAfterRelease;
                 if count_first {
                     self.peers[from as usize].sendreq_seen += 1;
@@ -719,7 +907,10 @@ impl Engine {
                     }
                     match body {
                         Body::Eager => {
-                            deliver = Some(Deliver { recv: r, range: hl..hl + dlen as usize });
+                            deliver = Some(Deliver {
+                                recv: r,
+                                range: hl..hl + dlen as usize,
+                            });
                             self.finish_recv(r, outcome);
                         }
                         Body::Rndv(src) | Body::GetNow(src) => {
@@ -747,18 +938,49 @@ impl Engine {
                             UData::Staging(xfer)
                         }
                     };
-                    let staging = if let UData::Staging(x) = data { Some(x) } else { None };
-                    let seq = self.unexpected.push(UEntry { src: from, ctx, tag, i, len, flags, data });
+                    let staging = if let UData::Staging(x) = data {
+                        Some(x)
+                    } else {
+                        None
+                    };
+                    let seq = self.unexpected.push(UEntry {
+                        src: from,
+                        ctx,
+                        tag,
+                        i,
+                        len,
+                        flags,
+                        data,
+                    });
                     if let Some(x) = staging {
                         let owner = StageOwner::Unexpected(seq);
-                        self.xfers.insert(x, Xfer { from, i, owner, staged: true });
+                        self.xfers.insert(
+                            x,
+                            Xfer {
+                                from,
+                                i,
+                                owner,
+                                staged: true,
+                            },
+                        );
                     }
                 }
                 if !count_first {
                     self.peers[from as usize].sendreq_seen += 1;
                 }
             }
-            Ctrl::Written { k, tag, len, msg_len } | Ctrl::WrittenInline { k, tag, len, msg_len } => {
+            Ctrl::Written {
+                k,
+                tag,
+                len,
+                msg_len,
+            }
+            | Ctrl::WrittenInline {
+                k,
+                tag,
+                len,
+                msg_len,
+            } => {
                 let r = self.peers[from as usize]
                     .adv_recv
                     .get(&k)
@@ -770,16 +992,31 @@ impl Engine {
                 }
                 let truncated_from = (msg_len > len).then_some(msg_len);
                 if matches!(frame.msg, Ctrl::WrittenInline { .. }) {
-                    deliver = Some(Deliver { recv: r, range: hl..hl + len as usize });
+                    deliver = Some(Deliver {
+                        recv: r,
+                        range: hl..hl + len as usize,
+                    });
                 }
-                self.finish_recv(r, RecvOutcome::Received { source: from, tag, len, truncated_from });
+                self.finish_recv(
+                    r,
+                    RecvOutcome::Received {
+                        source: from,
+                        tag,
+                        len,
+                        truncated_from,
+                    },
+                );
             }
             Ctrl::Ack { i } | Ctrl::Fin { i } => {
-                let s = self.replied(from, i).ok_or_else(|| violation("acknowledged an unknown send"))?;
+                let s = self
+                    .replied(from, i)
+                    .ok_or_else(|| violation("acknowledged an unknown send"))?;
                 self.finish_send(s, SendOutcome::Sent);
             }
             Ctrl::Nack { i } => {
-                let s = self.replied(from, i).ok_or_else(|| violation("rejected an unknown send"))?;
+                let s = self
+                    .replied(from, i)
+                    .ok_or_else(|| violation("rejected an unknown send"))?;
                 self.finish_send(s, SendOutcome::Failed(SendError::NoReceivePosted));
             }
             Ctrl::Retract { k } => {
@@ -791,7 +1028,13 @@ impl Engine {
                 match (ok, pending) {
                     (true, Some(r)) => {
                         let st = self.unpost(r);
-                        if !matches!(st.stage, RStage::Posted { cancelling: true, .. }) {
+                        if !matches!(
+                            st.stage,
+                            RStage::Posted {
+                                cancelling: true,
+                                ..
+                            }
+                        ) {
                             return Err(violation("retracted a receive that was not cancelled"));
                         }
                         self.finish_recv(r, RecvOutcome::Cancelled);
@@ -806,7 +1049,12 @@ impl Engine {
             Ctrl::CancelSend { i } => {
                 let seq = self.unexpected.find_send(from, i);
                 let ok = match seq {
-                    Some(seq) if !matches!(self.unexpected.peek(seq).unwrap().data, UData::Staging(_)) => {
+                    Some(seq)
+                        if !matches!(
+                            self.unexpected.peek(seq).unwrap().data,
+                            UData::Staging(_)
+                        ) =>
+                    {
                         self.unexpected.take(seq);
                         true
                     }

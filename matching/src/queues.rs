@@ -23,7 +23,10 @@ pub(crate) struct Posted {
 
 impl Posted {
     pub fn insert(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
-        self.buckets.entry((ctx, src, tag)).or_default().push_back(seq);
+        self.buckets
+            .entry((ctx, src, tag))
+            .or_default()
+            .push_back(seq);
         self.live.insert(seq, (ctx, src, tag));
     }
 
@@ -48,7 +51,9 @@ impl Posted {
             (ctx, Source::Any, TagSel::Tag(tag)),
             (ctx, Source::Any, TagSel::Any),
         ] {
-            let Some(q) = self.buckets.get_mut(&key) else { continue };
+            let Some(q) = self.buckets.get_mut(&key) else {
+                continue;
+            };
             while let Some(&h) = q.front() {
                 if self.live.contains_key(&h) {
                     break;
@@ -115,7 +120,10 @@ impl Unexpected {
     pub fn push(&mut self, e: UEntry) -> u64 {
         let seq = self.next;
         self.next += 1;
-        self.exact.entry((e.ctx, e.src, e.tag)).or_default().push_back(seq);
+        self.exact
+            .entry((e.ctx, e.src, e.tag))
+            .or_default()
+            .push_back(seq);
         self.order.insert(seq, e);
         seq
     }
@@ -163,7 +171,10 @@ impl Unexpected {
 
     /// The entry of send request `i` from `src`, if it is still unexpected.
     pub fn find_send(&self, src: Rank, i: u64) -> Option<u64> {
-        self.order.iter().find(|(_, e)| e.src == src && e.i == i).map(|(&s, _)| s)
+        self.order
+            .iter()
+            .find(|(_, e)| e.src == src && e.i == i)
+            .map(|(&s, _)| s)
     }
 }
 

@@ -194,7 +194,12 @@ pub enum RecvOutcome {
     /// Matched a message; `len` bytes were placed in the buffer. If the message was
     /// longer than the buffer, `truncated_from` holds its full length (MPI_ERR_TRUNCATE)
     /// and nothing was written past the buffer.
-    Received { source: Rank, tag: Tag, len: u64, truncated_from: Option<u64> },
+    Received {
+        source: Rank,
+        tag: Tag,
+        len: u64,
+        truncated_from: Option<u64>,
+    },
     /// Cancelled before any message matched it.
     Cancelled,
 }
@@ -242,7 +247,10 @@ pub enum CallError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
     #[error("malformed control message from rank {from}: {err}")]
-    Malformed { from: Rank, err: crate::wire::WireError },
+    Malformed {
+        from: Rank,
+        err: crate::wire::WireError,
+    },
     #[error("rank {from} violated the protocol: {what}")]
     Violation { from: Rank, what: String },
 }

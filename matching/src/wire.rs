@@ -59,16 +59,37 @@ pub enum Body {
 pub enum Ctrl {
     /// Receive request (R→S): "my next receive from you matches (ctx, tag); write it
     /// into `buf`". `m` = send requests from you I had processed.
-    RecvReq { ctx: Ctx, tag: TagSel, buf: RemoteBuf, m: u64 },
+    RecvReq {
+        ctx: Ctx,
+        tag: TagSel,
+        buf: RemoteBuf,
+        m: u64,
+    },
     /// Send request (S→R): receiver-side matching of one message of `len` bytes.
-    SendReq { ctx: Ctx, tag: Tag, len: u64, flags: SendFlags, body: Body },
+    SendReq {
+        ctx: Ctx,
+        tag: Tag,
+        len: u64,
+        flags: SendFlags,
+        body: Body,
+    },
     /// Direct-write notice (S→R): the payload of a message for receive request `k` has
     /// been written into its buffer (`len` bytes of a `msg_len`-byte message).
-    Written { k: u64, tag: Tag, len: u64, msg_len: u64 },
+    Written {
+        k: u64,
+        tag: Tag,
+        len: u64,
+        msg_len: u64,
+    },
     /// Inline direct write (S→R): as `Written`, but the `len` payload bytes follow the
     /// header and R copies them into receive request `k`'s buffer (small messages,
     /// where a copy through the ring is cheaper than a one-sided write).
-    WrittenInline { k: u64, tag: Tag, len: u64, msg_len: u64 },
+    WrittenInline {
+        k: u64,
+        tag: Tag,
+        len: u64,
+        msg_len: u64,
+    },
     /// Send request `i` matched (synchronous or ready mode).
     Ack { i: u64 },
     /// Ready-mode send request `i` found no posted receive; it was discarded.
@@ -181,13 +202,24 @@ fn tagsel_code(t: TagSel) -> u64 {
 
 /// Encodes a header. Tags must be non-negative (the engine validates them).
 pub fn encode(f: &Frame) -> Header {
-    let mut h = Header { buf: [0; MAX_HEADER], len: 0 };
+    let mut h = Header {
+        buf: [0; MAX_HEADER],
+        len: 0,
+    };
     h.push(VERSION);
     let k = match f.msg {
         Ctrl::RecvReq { .. } => kind::RECV_REQ,
-        Ctrl::SendReq { body: Body::Eager, .. } => kind::SEND_EAGER,
-        Ctrl::SendReq { body: Body::Rndv(_), .. } => kind::SEND_RNDV,
-        Ctrl::SendReq { body: Body::GetNow(_), .. } => kind::SEND_GET,
+        Ctrl::SendReq {
+            body: Body::Eager, ..
+        } => kind::SEND_EAGER,
+        Ctrl::SendReq {
+            body: Body::Rndv(_),
+            ..
+        } => kind::SEND_RNDV,
+        Ctrl::SendReq {
+            body: Body::GetNow(_),
+            ..
+        } => kind::SEND_GET,
         Ctrl::Written { .. } => kind::WRITTEN,
         Ctrl::WrittenInline { .. } => kind::WRITTEN_INLINE,
         Ctrl::Ack { .. } => kind::ACK,
@@ -208,7 +240,13 @@ pub fn encode(f: &Frame) -> Header {
             h.rbuf(&buf);
             h.varint(m);
         }
-        Ctrl::SendReq { ctx, tag, len, flags, body } => {
+        Ctrl::SendReq {
+            ctx,
+            tag,
+            len,
+            flags,
+            body,
+        } => {
             h.varint(ctx as u64);
             h.varint(tag as u32 as u64);
             h.varint(len);
@@ -217,7 +255,18 @@ pub fn encode(f: &Frame) -> Header {
                 h.rbuf(&b);
             }
         }
-        Ctrl::Written { k, tag, len, msg_len } | Ctrl::WrittenInline { k, tag, len, msg_len } => {
+        Ctrl::Written {
+            k,
+            tag,
+            len,
+            msg_len,
+        }
+        | Ctrl::WrittenInline {
+            k,
+            tag,
+            len,
+            msg_len,
+        } => {
             h.varint(k);
             h.varint(tag as u32 as u64);
             h.varint(len);
@@ -319,7 +368,10 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
             if fl & !3 != 0 {
                 return Err(WireError::Range);
             }
-            let flags = SendFlags { sync: fl & 1 != 0, ready: fl & 2 != 0 };
+            let flags = SendFlags {
+                sync: fl & 1 != 0,
+                ready: fl & 2 != 0,
+            };
             let body = match k {
                 kind::SEND_EAGER => Body::Eager,
                 kind::SEND_RNDV => Body::Rndv(r.rbuf()?),
@@ -330,7 +382,13 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
                     return Err(WireError::Range);
                 }
             }
-            Ctrl::SendReq { ctx, tag, len, flags, body }
+            Ctrl::SendReq {
+                ctx,
+                tag,
+                len,
+                flags,
+                body,
+            }
         }
         kind::WRITTEN | kind::WRITTEN_INLINE => {
             let inline = k == kind::WRITTEN_INLINE;
@@ -342,29 +400,55 @@ pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
                 return Err(WireError::Range);
             }
             if inline {
-                Ctrl::WrittenInline { k, tag, len, msg_len }
+                Ctrl::WrittenInline {
+                    k,
+                    tag,
+                    len,
+                    msg_len,
+                }
             } else {
-                Ctrl::Written { k, tag, len, msg_len }
+                Ctrl::Written {
+                    k,
+                    tag,
+                    len,
+                    msg_len,
+                }
             }
         }
         kind::ACK => Ctrl::Ack { i: r.varint()? },
         kind::NACK => Ctrl::Nack { i: r.varint()? },
         kind::FIN => Ctrl::Fin { i: r.varint()? },
         kind::RETRACT => Ctrl::Retract { k: r.varint()? },
-        kind::RETRACT_ACK => Ctrl::RetractAck { k: r.varint()?, ok: r.bool()? },
+        kind::RETRACT_ACK => Ctrl::RetractAck {
+            k: r.varint()?,
+            ok: r.bool()?,
+        },
         kind::CANCEL_SEND => Ctrl::CancelSend { i: r.varint()? },
-        kind::CANCEL_ACK => Ctrl::CancelAck { i: r.varint()?, ok: r.bool()? },
+        kind::CANCEL_ACK => Ctrl::CancelAck {
+            i: r.varint()?,
+            ok: r.bool()?,
+        },
         kind::CREDIT => Ctrl::Credit { m: r.varint()? },
         other => return Err(WireError::Kind(other)),
     };
     let hl = r.pos;
     let rest = (bytes.len() - hl) as u64;
     match msg {
-        Ctrl::SendReq { len, body: Body::Eager, .. } if rest != len => {
-            Err(WireError::PayloadLength { want: len, got: rest })
-        }
-        Ctrl::SendReq { body: Body::Eager, .. } => Ok((Frame { credit, msg }, hl)),
-        Ctrl::WrittenInline { len, .. } if rest != len => Err(WireError::PayloadLength { want: len, got: rest }),
+        Ctrl::SendReq {
+            len,
+            body: Body::Eager,
+            ..
+        } if rest != len => Err(WireError::PayloadLength {
+            want: len,
+            got: rest,
+        }),
+        Ctrl::SendReq {
+            body: Body::Eager, ..
+        } => Ok((Frame { credit, msg }, hl)),
+        Ctrl::WrittenInline { len, .. } if rest != len => Err(WireError::PayloadLength {
+            want: len,
+            got: rest,
+        }),
         Ctrl::WrittenInline { .. } => Ok((Frame { credit, msg }, hl)),
         _ if rest != 0 => Err(WireError::TrailingBytes(hl)),
         _ => Ok((Frame { credit, msg }, hl)),
@@ -377,19 +461,39 @@ mod tests {
 
     #[test]
     fn max_header_fits() {
-        let big = RemoteBuf { addr: u64::MAX / 2, len: u64::MAX / 2, key: u64::MAX };
+        let big = RemoteBuf {
+            addr: u64::MAX / 2,
+            len: u64::MAX / 2,
+            key: u64::MAX,
+        };
         for msg in [
-            Ctrl::RecvReq { ctx: u32::MAX, tag: TagSel::Tag(Tag::MAX), buf: big, m: u64::MAX },
+            Ctrl::RecvReq {
+                ctx: u32::MAX,
+                tag: TagSel::Tag(Tag::MAX),
+                buf: big,
+                m: u64::MAX,
+            },
             Ctrl::SendReq {
                 ctx: u32::MAX,
                 tag: Tag::MAX,
                 len: u64::MAX / 2,
-                flags: SendFlags { sync: true, ready: true },
+                flags: SendFlags {
+                    sync: true,
+                    ready: true,
+                },
                 body: Body::GetNow(big),
             },
-            Ctrl::Written { k: u64::MAX, tag: Tag::MAX, len: u64::MAX, msg_len: u64::MAX },
+            Ctrl::Written {
+                k: u64::MAX,
+                tag: Tag::MAX,
+                len: u64::MAX,
+                msg_len: u64::MAX,
+            },
         ] {
-            let f = Frame { credit: u32::MAX, msg };
+            let f = Frame {
+                credit: u32::MAX,
+                msg,
+            };
             let h = encode(&f);
             assert!(h.as_bytes().len() <= MAX_HEADER);
             assert_eq!(decode(h.as_bytes()).unwrap().0, f);
@@ -419,7 +523,10 @@ mod tests {
         };
         let mut b = encode(&f).as_bytes().to_vec();
         b.extend([1, 2]);
-        assert_eq!(decode(&b), Err(WireError::PayloadLength { want: 3, got: 2 }));
+        assert_eq!(
+            decode(&b),
+            Err(WireError::PayloadLength { want: 3, got: 2 })
+        );
         b.push(3);
         assert_eq!(decode(&b).unwrap().0, f);
     }

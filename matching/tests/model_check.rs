@@ -14,7 +14,13 @@ const T0: TagSel = TagSel::Tag(0);
 const T1: TagSel = TagSel::Tag(1);
 
 fn pats(two_senders: bool) -> Vec<(Source, TagSel)> {
-    let mut v = vec![(S0, T0), (S0, T1), (S0, TagSel::Any), (Source::Any, T0), (Source::Any, TagSel::Any)];
+    let mut v = vec![
+        (S0, T0),
+        (S0, T1),
+        (S0, TagSel::Any),
+        (Source::Any, T0),
+        (Source::Any, TagSel::Any),
+    ];
     if two_senders {
         v.extend([(S2, T0), (S2, T1)]);
     }
@@ -28,12 +34,22 @@ fn recv_ops(r: &[(Source, TagSel)]) -> Vec<Op> {
 fn send_ops(tags: &[Tag], big: &[bool], sync: bool) -> Vec<Op> {
     tags.iter()
         .zip(big)
-        .map(|(&tag, &big)| Op::Send { dst: 1, tag, big, sync })
+        .map(|(&tag, &big)| Op::Send {
+            dst: 1,
+            tag,
+            big,
+            sync,
+        })
         .collect()
 }
 
 fn cfg(f: impl FnOnce(&mut Config)) -> Config {
-    let mut c = Config { eager_limit: 4, credits: 8, low_water: 4, ..Config::default() };
+    let mut c = Config {
+        eager_limit: 4,
+        credits: 8,
+        low_water: 4,
+        ..Config::default()
+    };
     f(&mut c);
     c
 }
@@ -45,7 +61,10 @@ fn phase_a(c: Config) -> Vec<Program> {
     for r in seqs(&pats(false), 1, 3) {
         for s in seqs(&[0, 1], 1, 3) {
             let big = vec![false; s.len()];
-            out.push(Program::new(vec![send_ops(&s, &big, false), recv_ops(&r)], c));
+            out.push(Program::new(
+                vec![send_ops(&s, &big, false), recv_ops(&r)],
+                c,
+            ));
         }
     }
     out
@@ -58,15 +77,22 @@ fn phase_b(c: Config, max0: usize) -> Vec<Program> {
     for r in seqs(&pats(true), 1, 3) {
         for s0 in seqs(&[0, 1], 0, max0) {
             for s2 in seqs(&[0, 1], 1, 2) {
-                let sends: Vec<(Rank, Tag)> =
-                    s0.iter().map(|&t| (0, t)).chain(s2.iter().map(|&t| (2, t))).collect();
+                let sends: Vec<(Rank, Tag)> = s0
+                    .iter()
+                    .map(|&t| (0, t))
+                    .chain(s2.iter().map(|&t| (2, t)))
+                    .collect();
                 if !saturating(&r, &sends) {
                     continue;
                 }
                 let big0 = vec![false; s0.len()];
                 let big2 = vec![false; s2.len()];
                 out.push(Program::new(
-                    vec![send_ops(&s0, &big0, false), recv_ops(&r), send_ops(&s2, &big2, false)],
+                    vec![
+                        send_ops(&s0, &big0, false),
+                        recv_ops(&r),
+                        send_ops(&s2, &big2, false),
+                    ],
                     c,
                 ));
             }
@@ -83,7 +109,10 @@ fn phase_c(c: Config) -> Vec<Program> {
         for s in seqs(&[0, 1], 1, 2) {
             for big in seqs(&[false, true], s.len(), s.len()) {
                 for sync in [false, true] {
-                    out.push(Program::new(vec![send_ops(&s, &big, sync), recv_ops(&r)], c));
+                    out.push(Program::new(
+                        vec![send_ops(&s, &big, sync), recv_ops(&r)],
+                        c,
+                    ));
                 }
             }
         }
@@ -122,14 +151,34 @@ fn phase_d(c: Config) -> Vec<Program> {
 /// Phase E: both ranks send and receive (crossing traffic both ways), credits of 1.
 fn phase_e(c: Config) -> Vec<Program> {
     let mut out = vec![];
-    let p0 = [(Source::Rank(1), T0), (Source::Rank(1), TagSel::Any), (Source::Any, TagSel::Any)];
+    let p0 = [
+        (Source::Rank(1), T0),
+        (Source::Rank(1), TagSel::Any),
+        (Source::Any, TagSel::Any),
+    ];
     let p1 = [(S0, T0), (S0, TagSel::Any), (Source::Any, T0)];
     let mk = |pats: &[(Source, TagSel)], peer: Rank| {
         let mut ops: Vec<Vec<Op>> = vec![];
         for &(src, tag) in pats {
             for t in [0, 1] {
-                ops.push(vec![Op::Recv { src, tag }, Op::Send { dst: peer, tag: t, big: false, sync: false }]);
-                ops.push(vec![Op::Send { dst: peer, tag: t, big: false, sync: false }, Op::Recv { src, tag }]);
+                ops.push(vec![
+                    Op::Recv { src, tag },
+                    Op::Send {
+                        dst: peer,
+                        tag: t,
+                        big: false,
+                        sync: false,
+                    },
+                ]);
+                ops.push(vec![
+                    Op::Send {
+                        dst: peer,
+                        tag: t,
+                        big: false,
+                        sync: false,
+                    },
+                    Op::Recv { src, tag },
+                ]);
             }
         }
         ops
@@ -145,7 +194,11 @@ fn phase_e(c: Config) -> Vec<Program> {
 fn run(name: &str, programs: Vec<Program>) -> Report {
     let t = std::time::Instant::now();
     let rep = check_parallel(programs);
-    println!("model check {name}: {} in {:.1?}", rep.summary(), t.elapsed());
+    println!(
+        "model check {name}: {} in {:.1?}",
+        rep.summary(),
+        t.elapsed()
+    );
     rep
 }
 
@@ -161,30 +214,57 @@ fn exhaustive_default_bounds() {
     let mut total = Report::default();
     for (name, progs) in [
         ("A (1 sender, eager)", phase_a(both)),
-        ("A (receiver-only matching)", phase_a(cfg(|c| c.matching = MatchingMode::Receiver))),
-        ("A (inline direct writes)", phase_a(cfg(|c| c.inline_limit = SMALL))),
+        (
+            "A (receiver-only matching)",
+            phase_a(cfg(|c| c.matching = MatchingMode::Receiver)),
+        ),
+        (
+            "A (inline direct writes)",
+            phase_a(cfg(|c| c.inline_limit = SMALL)),
+        ),
         ("B (2 senders)", phase_b(both, 2)),
-        ("C (rendezvous/sync, 1 credit)", phase_c(cfg(|c| {
-            c.credits = 1;
-            c.low_water = 1;
-        }))),
-        ("C (inline direct writes, 1 credit)", phase_c(cfg(|c| {
-            c.inline_limit = SMALL;
-            c.credits = 1;
-            c.low_water = 1;
-        }))),
-        ("C (get protocol)", phase_c(cfg(|c| c.protocol = RecvProtocol::Get))),
-        ("C (sync protocol)", phase_c(cfg(|c| c.protocol = RecvProtocol::Sync))),
+        (
+            "C (rendezvous/sync, 1 credit)",
+            phase_c(cfg(|c| {
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "C (inline direct writes, 1 credit)",
+            phase_c(cfg(|c| {
+                c.inline_limit = SMALL;
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "C (get protocol)",
+            phase_c(cfg(|c| c.protocol = RecvProtocol::Get)),
+        ),
+        (
+            "C (sync protocol)",
+            phase_c(cfg(|c| c.protocol = RecvProtocol::Sync)),
+        ),
         ("D (cancel)", phase_d(both)),
-        ("D (cancel, inline)", phase_d(cfg(|c| c.inline_limit = SMALL))),
-        ("D (cancel, 1 credit)", phase_d(cfg(|c| {
-            c.credits = 1;
-            c.low_water = 1;
-        }))),
-        ("E (both directions, 1 credit)", phase_e(cfg(|c| {
-            c.credits = 1;
-            c.low_water = 1;
-        }))),
+        (
+            "D (cancel, inline)",
+            phase_d(cfg(|c| c.inline_limit = SMALL)),
+        ),
+        (
+            "D (cancel, 1 credit)",
+            phase_d(cfg(|c| {
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "E (both directions, 1 credit)",
+            phase_e(cfg(|c| {
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
     ] {
         if std::env::var("RSMPI_MODEL_PHASE").is_ok_and(|f| !name.starts_with(&f)) {
             continue;
@@ -195,7 +275,11 @@ fn exhaustive_default_bounds() {
     }
     println!("model check total: {}", total.summary());
     if std::env::var_os("RSMPI_MODEL_PHASE").is_none() {
-        assert!(total.states >= 100_000, "explored only {} states", total.states);
+        assert!(
+            total.states >= 100_000,
+            "explored only {} states",
+            total.states
+        );
     }
     assert!(total.states > 0, "explored only {} states", total.states);
     if std::env::var_os("RSMPI_MODEL_BIG").is_some() {
@@ -210,7 +294,10 @@ fn checker_catches_broken_rules() {
     for (m, expect) in [
         (Mutation::RecvReqWins, &["P5", "PROTO"][..]),
         (Mutation::NoHold, &["P3", "P4", "P5", "PROTO", "P2"][..]),
-        (Mutation::CountAfterRelease, &["P1", "P2", "P3", "P4", "P5", "PROTO", "LIVE"][..]),
+        (
+            Mutation::CountAfterRelease,
+            &["P1", "P2", "P3", "P4", "P5", "PROTO", "LIVE"][..],
+        ),
     ] {
         let c = cfg(|c| c.mutation = m);
         let mut progs = phase_a(c);

@@ -35,11 +35,18 @@ fn main() {
     let base_iters = arg("--iters", 10_000);
     if me == 0 {
         println!("# rsmpi pingpong, one-way latency (us), shared memory, 2 ranks");
-        println!("{:>10} {:>12} {:>12} {:>14}", "size", "plain", "pre-posted", "post cost/recv");
+        println!(
+            "{:>10} {:>12} {:>12} {:>14}",
+            "size", "plain", "pre-posted", "post cost/recv"
+        );
     }
     let mut size = 0usize;
     while size <= max {
-        let iters = if size > 65536 { (base_iters / 10).max(100) } else { base_iters };
+        let iters = if size > 65536 {
+            (base_iters / 10).max(100)
+        } else {
+            base_iters
+        };
         let warm = iters / 10;
         let sbuf = vec![me as u8; size];
         let mut rbuf = vec![0u8; size];
@@ -59,14 +66,20 @@ fn main() {
             }
         }
         let plain = (rsmpi::time() - t) / iters as f64 / 2.0 * 1e6;
-        assert!(rbuf.iter().all(|&b| b == (1 - me) as u8), "payload corrupted");
+        assert!(
+            rbuf.iter().all(|&b| b == (1 - me) as u8),
+            "payload corrupted"
+        );
         // pre-posted: every receive of the loop posted up front, each into its own buffer
         let n = iters.min(if size > 4096 { 200 } else { 2000 });
         let mut bufs = vec![vec![0u8; size]; n];
         world.barrier();
         let (post, pre) = request::scope(|sc| {
             let t0 = Instant::now();
-            let reqs: Vec<_> = bufs.iter_mut().map(|b| peer.immediate_receive_into_with_tag(sc, &mut b[..], 2)).collect();
+            let reqs: Vec<_> = bufs
+                .iter_mut()
+                .map(|b| peer.immediate_receive_into_with_tag(sc, &mut b[..], 2))
+                .collect();
             let post = t0.elapsed().as_secs_f64() / n as f64 * 1e6;
             world.barrier();
             let t1 = rsmpi::time();
@@ -81,7 +94,10 @@ fn main() {
             }
             (post, (rsmpi::time() - t1) / n as f64 / 2.0 * 1e6)
         });
-        assert!(bufs.iter().all(|b| b.iter().all(|&x| x == (1 - me) as u8)), "payload corrupted");
+        assert!(
+            bufs.iter().all(|b| b.iter().all(|&x| x == (1 - me) as u8)),
+            "payload corrupted"
+        );
         if me == 0 {
             println!("{size:>10} {plain:>12.3} {pre:>12.3} {post:>14.3}");
         }

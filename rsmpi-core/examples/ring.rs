@@ -16,5 +16,9 @@ fn main() {
         let status = r.wait();
         assert_eq!(status.source_rank(), (me + n - 1) % n);
     });
-    println!("rank {me}: got {} from my left; paths: {}", got[0], universe.stats());
+    println!(
+        "rank {me}: got {} from my left; paths: {}",
+        got[0],
+        universe.stats()
+    );
 }

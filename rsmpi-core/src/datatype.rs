@@ -123,7 +123,11 @@ impl Datatype {
     /// `n` contiguous bytes (`MPI_BYTE` × n).
     pub fn bytes(n: usize) -> Datatype {
         let blocks = if n == 0 { vec![] } else { vec![(0, n as u64)] };
-        Datatype { blocks, lb: 0, ub: n as i64 }
+        Datatype {
+            blocks,
+            lb: 0,
+            ub: n as i64,
+        }
     }
 
     /// Total bytes of data in one element (`MPI_Type_size`).
@@ -187,37 +191,72 @@ impl Datatype {
 
     /// `count` blocks of `blocklength` elements, `stride` bytes apart
     /// (`MPI_Type_create_hvector`).
-    pub fn heterogeneous_vector(count: usize, blocklength: usize, stride: i64, old: &Datatype) -> Datatype {
+    pub fn heterogeneous_vector(
+        count: usize,
+        blocklength: usize,
+        stride: i64,
+        old: &Datatype,
+    ) -> Datatype {
         Self::build((0..count as i64).map(|i| (i * stride, blocklength, old.clone())))
     }
 
     /// Blocks of `blocklengths[i]` elements at `displacements[i]` elements
     /// (`MPI_Type_indexed`).
     pub fn indexed(blocklengths: &[usize], displacements: &[isize], old: &Datatype) -> Datatype {
-        let d: Vec<i64> = displacements.iter().map(|&d| d as i64 * old.extent()).collect();
+        let d: Vec<i64> = displacements
+            .iter()
+            .map(|&d| d as i64 * old.extent())
+            .collect();
         Self::heterogeneous_indexed(blocklengths, &d, old)
     }
 
     /// Blocks of `blocklengths[i]` elements at `displacements[i]` bytes
     /// (`MPI_Type_create_hindexed`).
-    pub fn heterogeneous_indexed(blocklengths: &[usize], displacements: &[i64], old: &Datatype) -> Datatype {
-        assert_eq!(blocklengths.len(), displacements.len(), "one displacement per block");
-        Self::build(displacements.iter().zip(blocklengths).map(|(&d, &n)| (d, n, old.clone())))
+    pub fn heterogeneous_indexed(
+        blocklengths: &[usize],
+        displacements: &[i64],
+        old: &Datatype,
+    ) -> Datatype {
+        assert_eq!(
+            blocklengths.len(),
+            displacements.len(),
+            "one displacement per block"
+        );
+        Self::build(
+            displacements
+                .iter()
+                .zip(blocklengths)
+                .map(|(&d, &n)| (d, n, old.clone())),
+        )
     }
 
     /// Blocks of `blocklengths[i]` elements of `types[i]` at `displacements[i]` bytes
     /// (`MPI_Type_create_struct`).
-    pub fn structured(blocklengths: &[usize], displacements: &[i64], types: &[Datatype]) -> Datatype {
+    pub fn structured(
+        blocklengths: &[usize],
+        displacements: &[i64],
+        types: &[Datatype],
+    ) -> Datatype {
         assert!(
             blocklengths.len() == displacements.len() && types.len() == blocklengths.len(),
             "one displacement and one type per block"
         );
-        Self::build(displacements.iter().zip(blocklengths).zip(types).map(|((&d, &n), t)| (d, n, t.clone())))
+        Self::build(
+            displacements
+                .iter()
+                .zip(blocklengths)
+                .zip(types)
+                .map(|((&d, &n), t)| (d, n, t.clone())),
+        )
     }
 
     /// Whether `count` elements are one contiguous run starting at byte 0.
     pub(crate) fn is_contiguous(&self, count: usize) -> bool {
-        count == 0 || (self.blocks.len() <= 1 && self.lb == 0 && self.blocks.first().is_none_or(|b| b.0 == 0) && self.extent() as u64 == self.size())
+        count == 0
+            || (self.blocks.len() <= 1
+                && self.lb == 0
+                && self.blocks.first().is_none_or(|b| b.0 == 0)
+                && self.extent() as u64 == self.size())
     }
 
     fn check(&self, count: usize, len: usize) -> crate::Result<()> {
@@ -280,8 +319,16 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     /// `count` elements of `datatype` laid over `buf`.
-    pub fn with_count_and_datatype<B: Buffer + ?Sized>(buf: &'a B, count: usize, datatype: &Datatype) -> View<'a> {
-        View { bytes: buf.as_bytes(), count, datatype: datatype.clone() }
+    pub fn with_count_and_datatype<B: Buffer + ?Sized>(
+        buf: &'a B,
+        count: usize,
+        datatype: &Datatype,
+    ) -> View<'a> {
+        View {
+            bytes: buf.as_bytes(),
+            count,
+            datatype: datatype.clone(),
+        }
     }
 }
 
@@ -294,8 +341,16 @@ pub struct MutView<'a> {
 
 impl<'a> MutView<'a> {
     /// `count` elements of `datatype` laid over `buf`.
-    pub fn with_count_and_datatype<B: BufferMut + ?Sized>(buf: &'a mut B, count: usize, datatype: &Datatype) -> MutView<'a> {
-        MutView { bytes: buf.as_bytes_mut(), count, datatype: datatype.clone() }
+    pub fn with_count_and_datatype<B: BufferMut + ?Sized>(
+        buf: &'a mut B,
+        count: usize,
+        datatype: &Datatype,
+    ) -> MutView<'a> {
+        MutView {
+            bytes: buf.as_bytes_mut(),
+            count,
+            datatype: datatype.clone(),
+        }
     }
 }
 
@@ -323,12 +378,17 @@ impl BufferMut for MutView<'_> {
 /// The bytes a send puts on the wire: the buffer itself, or its packed elements.
 pub(crate) fn send_bytes<B: Buffer + ?Sized>(buf: &B) -> crate::Result<std::borrow::Cow<'_, [u8]>> {
     match buf.layout() {
-        Some((dt, n)) if !dt.is_contiguous(n) => dt.pack(n, buf.as_bytes()).map(std::borrow::Cow::Owned),
+        Some((dt, n)) if !dt.is_contiguous(n) => {
+            dt.pack(n, buf.as_bytes()).map(std::borrow::Cow::Owned)
+        }
         Some((dt, n)) => {
             let len = dt.size() as usize * n;
             let b = buf.as_bytes();
             if len > b.len() {
-                return Err(type_err(format!("{n} elements need {len} bytes; the buffer has {}", b.len())));
+                return Err(type_err(format!(
+                    "{n} elements need {len} bytes; the buffer has {}",
+                    b.len()
+                )));
             }
             Ok(std::borrow::Cow::Borrowed(&b[..len]))
         }
@@ -366,7 +426,11 @@ mod tests {
         let hidx = Datatype::heterogeneous_indexed(&[1, 1], &[4, 0], &f);
         assert_eq!(hidx.blocks, vec![(4, 4), (0, 4)], "type-map order is kept");
         // struct { u8 a; [pad 3]; u32 b; u16 c; [pad 2] } sent without the padding
-        let st = Datatype::structured(&[1, 1, 1], &[0, 4, 8], &[Datatype::of::<u8>(), f.clone(), Datatype::of::<u16>()]);
+        let st = Datatype::structured(
+            &[1, 1, 1],
+            &[0, 4, 8],
+            &[Datatype::of::<u8>(), f.clone(), Datatype::of::<u16>()],
+        );
         assert_eq!((st.size(), st.extent()), (7, 10));
         let st = Datatype::structured(&[1, 1], &[0, 12], &[st, Datatype::bytes(0)]);
         assert_eq!(st.extent(), 12);

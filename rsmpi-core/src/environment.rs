@@ -20,15 +20,24 @@ pub struct Universe {
 /// 0 = always one-sided). Every rank of a job must see the same values (rsmpirun
 /// passes its environment to all ranks).
 pub fn config_from_env() -> Result<Config> {
-    let mut c = Config { inline_limit: 4096, ..Config::default() };
+    let mut c = Config {
+        inline_limit: 4096,
+        ..Config::default()
+    };
     if let Ok(v) = std::env::var("RSMPI_INLINE_LIMIT") {
-        c.inline_limit = v.parse().map_err(|_| Error::Transport(format!("RSMPI_INLINE_LIMIT={v}")))?;
+        c.inline_limit = v
+            .parse()
+            .map_err(|_| Error::Transport(format!("RSMPI_INLINE_LIMIT={v}")))?;
     }
     if let Ok(v) = std::env::var("RSMPI_MATCHING") {
         c.matching = match v.as_str() {
             "both" => MatchingMode::Both,
             "receiver" => MatchingMode::Receiver,
-            _ => return Err(Error::Transport(format!("RSMPI_MATCHING={v}: expected both or receiver"))),
+            _ => {
+                return Err(Error::Transport(format!(
+                    "RSMPI_MATCHING={v}: expected both or receiver"
+                )))
+            }
         };
     }
     if let Ok(v) = std::env::var("RSMPI_PROTOCOL") {
@@ -36,11 +45,17 @@ pub fn config_from_env() -> Result<Config> {
             "eager" => RecvProtocol::Eager,
             "get" => RecvProtocol::Get,
             "sync" => RecvProtocol::Sync,
-            _ => return Err(Error::Transport(format!("RSMPI_PROTOCOL={v}: expected eager, get or sync"))),
+            _ => {
+                return Err(Error::Transport(format!(
+                    "RSMPI_PROTOCOL={v}: expected eager, get or sync"
+                )))
+            }
         };
     }
     if let Ok(v) = std::env::var("RSMPI_EAGER_LIMIT") {
-        c.eager_limit = v.parse().map_err(|_| Error::Transport(format!("RSMPI_EAGER_LIMIT={v}")))?;
+        c.eager_limit = v
+            .parse()
+            .map_err(|_| Error::Transport(format!("RSMPI_EAGER_LIMIT={v}")))?;
     }
     Ok(c)
 }
@@ -77,13 +92,18 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     match boot.transport() {
         "shm" | "" => {}
         other => {
-            return Err(Error::Transport(format!("transport {other:?} is not available in this build (have: shm)")))
+            return Err(Error::Transport(format!(
+                "transport {other:?} is not available in this build (have: shm)"
+            )))
         }
     }
-    let t = transport_shm::ShmTransport::new(&mut boot).map_err(|e| Error::Transport(e.to_string()))?;
+    let t =
+        transport_shm::ShmTransport::new(&mut boot).map_err(|e| Error::Transport(e.to_string()))?;
     let caps = transport::Transport::caps(&t);
     // the eager payload rides inside one control message
-    cfg.eager_limit = cfg.eager_limit.min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
+    cfg.eager_limit = cfg
+        .eager_limit
+        .min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
     cfg.inline_limit = cfg.inline_limit.min(cfg.eager_limit);
     while cfg.ring_slots_needed() as usize > caps.ctrl_slots && cfg.credits > 1 {
         cfg.credits /= 2;
@@ -105,7 +125,9 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         freed: Default::default(),
         start: std::time::Instant::now(),
     })?;
-    let u = Universe { _not_send: std::marker::PhantomData };
+    let u = Universe {
+        _not_send: std::marker::PhantomData,
+    };
     // every rank has its rings mapped before anyone sends
     u.world().barrier();
     Ok(u)
@@ -149,7 +171,12 @@ impl Universe {
 
     /// Ends the whole job with `code` (`MPI_Abort`).
     pub fn abort(&self, code: i32) -> ! {
-        progress::with(|s| s.boot.abort(code, &format!("rsmpi: rank {} called abort({code})", s.rank())))
+        progress::with(|s| {
+            s.boot.abort(
+                code,
+                &format!("rsmpi: rank {} called abort({code})", s.rank()),
+            )
+        })
     }
 }
 
@@ -173,7 +200,9 @@ impl Drop for Universe {
 pub fn time() -> f64 {
     progress::try_with(|s| s.start.elapsed().as_secs_f64()).unwrap_or_else(|_| {
         static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+        T0.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f64()
     })
 }
 

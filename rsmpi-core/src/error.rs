@@ -77,7 +77,10 @@ impl From<matching::CallError> for Error {
     fn from(e: matching::CallError) -> Self {
         use matching::CallError as C;
         match e {
-            C::InvalidRank { rank, size } => Error::InvalidRank { rank: rank as i32, size: size as i32 },
+            C::InvalidRank { rank, size } => Error::InvalidRank {
+                rank: rank as i32,
+                size: size as i32,
+            },
             C::InvalidTag(t) => Error::InvalidTag(t),
             C::UnknownRequest => Error::Request("unknown or completed request".into()),
             C::Buffer(b) => Error::Buffer(b.to_string()),

@@ -32,17 +32,19 @@ mod progress;
 pub mod request;
 mod topology;
 
-pub use datatype::{Buffer, BufferMut, Datatype, Equivalence, MutView, View};
-pub use rsmpi_derive::Equivalence;
 /// Re-exported so that derived `Equivalence` types can derive `Pod` / `Zeroable`.
 pub use bytemuck;
+pub use datatype::{Buffer, BufferMut, Datatype, Equivalence, MutView, View};
 pub use environment::{
-    config_from_env, initialize, initialize_thread, initialize_with, time, time_resolution, Threading, Universe,
+    config_from_env, initialize, initialize_thread, initialize_with, time, time_resolution,
+    Threading, Universe,
 };
 pub use error::{Error, ErrorClass, Result};
 pub use matching::{SendMode, Stats};
+pub use rsmpi_derive::Equivalence;
 pub use topology::{
-    AnyProcess, CommunicatorRelation, Message, Process, Rank, SimpleCommunicator, Status, Tag, PROC_NULL, TAG_UB,
+    AnyProcess, CommunicatorRelation, Message, Process, Rank, SimpleCommunicator, Status, Tag,
+    PROC_NULL, TAG_UB,
 };
 
 /// `use rsmpi::traits::*;` brings what `mpi::traits::*` does for point-to-point code.

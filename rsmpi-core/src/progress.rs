@@ -5,17 +5,25 @@
 use crate::error::{Error, Result};
 use launcher::Boot;
 use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome};
-use std::cell::RefCell;
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::RefCell;
 use transport::mem::{RegionHost, RegionId, Regions};
 use transport::{Rank, Transport, TransportError};
 
 pub(crate) fn to_matching(b: transport::RemoteBuf) -> matching::RemoteBuf {
-    matching::RemoteBuf { addr: b.addr, len: b.len, key: b.key }
+    matching::RemoteBuf {
+        addr: b.addr,
+        len: b.len,
+        key: b.key,
+    }
 }
 
 fn to_transport(b: matching::RemoteBuf) -> transport::RemoteBuf {
-    transport::RemoteBuf { addr: b.addr, len: b.len, key: b.key }
+    transport::RemoteBuf {
+        addr: b.addr,
+        len: b.len,
+        key: b.key,
+    }
 }
 
 /// Where a send's bytes are.
@@ -33,7 +41,12 @@ pub(crate) enum RecvDst {
     Region(RegionId),
     /// A non-contiguous receive: the message lands contiguously in `tmp` and is
     /// scattered into the lent region when it completes.
-    Packed { tmp: Vec<u8>, region: RegionId, datatype: crate::Datatype, count: usize },
+    Packed {
+        tmp: Vec<u8>,
+        region: RegionId,
+        datatype: crate::Datatype,
+        count: usize,
+    },
 }
 
 impl RecvDst {
@@ -73,7 +86,11 @@ pub(crate) struct Group {
 
 impl Group {
     pub fn new(world: Vec<u32>) -> Group {
-        let local = world.iter().enumerate().map(|(i, w)| (*w, i as i32)).collect();
+        let local = world
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (*w, i as i32))
+            .collect();
         Group { world, local }
     }
 }
@@ -166,7 +183,13 @@ impl State {
     }
 
     fn poll_incoming(&mut self) -> usize {
-        let State { engine, transport, regions, recv_dst, .. } = self;
+        let State {
+            engine,
+            transport,
+            regions,
+            recv_dst,
+            ..
+        } = self;
         let mut err = None;
         let res = transport.poll(32, &mut |from, bytes| match engine.handle(from, bytes) {
             Ok(Some(d)) => {
@@ -188,7 +211,12 @@ impl State {
         }
     }
 
-    fn send_bytes<'a>(regions: &'a Regions, src: &'a HashMap<SendId, SendSrc>, s: SendId, len: u64) -> &'a [u8] {
+    fn send_bytes<'a>(
+        regions: &'a Regions,
+        src: &'a HashMap<SendId, SendSrc>,
+        s: SendId,
+        len: u64,
+    ) -> &'a [u8] {
         let b = match &src[&s] {
             SendSrc::Region(r) => regions.slice(*r).expect("lent send buffer"),
             SendSrc::Owned(v) | SendSrc::Packed(v) => v,
@@ -199,8 +227,15 @@ impl State {
     fn transmit(&mut self, to: Rank, header: &[u8], payload: Option<(SendId, u64)>) {
         let mut spins = 0u32;
         loop {
-            let State { transport, regions, send_src, .. } = self;
-            let bytes = payload.map_or(&[][..], |(s, len)| Self::send_bytes(regions, send_src, s, len));
+            let State {
+                transport,
+                regions,
+                send_src,
+                ..
+            } = self;
+            let bytes = payload.map_or(&[][..], |(s, len)| {
+                Self::send_bytes(regions, send_src, s, len)
+            });
             match transport.try_send(to, header, bytes) {
                 Ok(()) => return,
                 Err(TransportError::Full(_)) => {
@@ -219,21 +254,45 @@ impl State {
     pub fn run_outputs(&mut self) {
         while let Some(o) = self.engine.poll_output() {
             match o {
-                Output::Transmit { to, header, payload } => self.transmit(to, header.as_bytes(), payload),
+                Output::Transmit {
+                    to,
+                    header,
+                    payload,
+                } => self.transmit(to, header.as_bytes(), payload),
                 Output::Put { to, send, dst, len } => {
-                    let State { transport, regions, send_src, .. } = self;
+                    let State {
+                        transport,
+                        regions,
+                        send_src,
+                        ..
+                    } = self;
                     let bytes = Self::send_bytes(regions, send_src, send, len);
                     if let Err(e) = transport.put(to, bytes, to_transport(dst), 0) {
                         self.fatal("direct write", &e);
                     }
                 }
-                Output::Get { xfer, from, src, len, into } => {
+                Output::Get {
+                    xfer,
+                    from,
+                    src,
+                    len,
+                    into,
+                } => {
                     let staged = match into {
                         GetInto::Recv(r) => {
-                            let State { transport, regions, recv_dst, .. } = self;
+                            let State {
+                                transport,
+                                regions,
+                                recv_dst,
+                                ..
+                            } = self;
                             let dst = recv_dst.get_mut(&r).and_then(|d| d.bytes(regions));
-                            let Some(dst) = dst else { self.fatal("read", &"receive without buffer") };
-                            if let Err(e) = transport.get(from, &mut dst[..len as usize], to_transport(src), 0) {
+                            let Some(dst) = dst else {
+                                self.fatal("read", &"receive without buffer")
+                            };
+                            if let Err(e) =
+                                transport.get(from, &mut dst[..len as usize], to_transport(src), 0)
+                            {
                                 self.fatal("read", &e);
                             }
                             None
@@ -251,7 +310,10 @@ impl State {
                     }
                 }
                 Output::CopyIn { recv, data } => {
-                    let dst = self.recv_dst.get_mut(&recv).and_then(|d| d.bytes(&mut self.regions));
+                    let dst = self
+                        .recv_dst
+                        .get_mut(&recv)
+                        .and_then(|d| d.bytes(&mut self.regions));
                     match dst {
                         Some(dst) => dst[..data.len()].copy_from_slice(&data),
                         None => self.fatal("copy", &"receive without buffer"),
@@ -262,7 +324,13 @@ impl State {
                     if let Some(d) = &dst {
                         self.by_region.remove(&d.region());
                     }
-                    if let Some(RecvDst::Packed { tmp, region, datatype, count }) = dst {
+                    if let Some(RecvDst::Packed {
+                        tmp,
+                        region,
+                        datatype,
+                        count,
+                    }) = dst
+                    {
                         let len = match outcome {
                             RecvOutcome::Received { len, .. } => len as usize,
                             RecvOutcome::Cancelled => 0,

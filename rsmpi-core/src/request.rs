@@ -45,7 +45,8 @@ pub struct Request<'s> {
 impl Request<'_> {
     /// Waits for completion (`MPI_Wait`); errors go to the error handler.
     pub fn wait(self) -> Status {
-        self.try_wait().unwrap_or_else(|e| crate::topology::fail("wait", e))
+        self.try_wait()
+            .unwrap_or_else(|e| crate::topology::fail("wait", e))
     }
 
     /// Waits for completion and returns errors (truncation, ready send without a
@@ -58,7 +59,8 @@ impl Request<'_> {
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
     pub fn test(self) -> std::result::Result<Status, Self> {
         match progress::test(self.key) {
-            Some(d) => Ok(finish(d, self.capacity, self.elem, self.ctx).unwrap_or_else(|e| crate::topology::fail("test", e))),
+            Some(d) => Ok(finish(d, self.capacity, self.elem, self.ctx)
+                .unwrap_or_else(|e| crate::topology::fail("test", e))),
             None => Err(self),
         }
     }
@@ -78,9 +80,17 @@ impl Request<'_> {
 
 pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
     match d {
-        Done::Recv(RecvOutcome::Received { source, tag, len, truncated_from }) => {
+        Done::Recv(RecvOutcome::Received {
+            source,
+            tag,
+            len,
+            truncated_from,
+        }) => {
             if let Some(full) = truncated_from {
-                return Err(Error::Truncated { len: full, capacity });
+                return Err(Error::Truncated {
+                    len: full,
+                    capacity,
+                });
             }
             if elem > 0 && len % elem as u64 != 0 {
                 return Err(Error::Count { len, size: elem });
@@ -90,12 +100,25 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
             } else {
                 progress::with(|s| s.comm_rank(ctx, source))
             };
-            Ok(Status { source, tag, len, cancelled: false })
+            Ok(Status {
+                source,
+                tag,
+                len,
+                cancelled: false,
+            })
         }
-        Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => {
-            Ok(Status { source: -1, tag: -1, len: 0, cancelled: true })
-        }
-        Done::Send(SendOutcome::Sent) => Ok(Status { source: -1, tag: -1, len: 0, cancelled: false }),
+        Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => Ok(Status {
+            source: -1,
+            tag: -1,
+            len: 0,
+            cancelled: true,
+        }),
+        Done::Send(SendOutcome::Sent) => Ok(Status {
+            source: -1,
+            tag: -1,
+            len: 0,
+            cancelled: false,
+        }),
         Done::Send(SendOutcome::Failed(SendError::NoReceivePosted)) => Err(Error::NoReceivePosted),
         Done::Send(SendOutcome::Failed(e)) => Err(Error::Buffer(e.to_string())),
     }
@@ -145,7 +168,9 @@ pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Status)> {
 /// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
 pub fn test_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
     progress_once();
-    (0..reqs.len()).filter_map(|i| poll_one(reqs, i).map(|st| (i, st))).collect()
+    (0..reqs.len())
+        .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
+        .collect()
 }
 
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
@@ -198,7 +223,9 @@ impl<'s> Persistent<'s> {
     /// Starts the operation (`MPI_Start`); it must not be active.
     pub fn start(&mut self) -> crate::Result<()> {
         if self.active.is_some() {
-            return Err(crate::Error::Request("persistent request started while active".into()));
+            return Err(crate::Error::Request(
+                "persistent request started while active".into(),
+            ));
         }
         self.active = Some((self.start)()?);
         Ok(())
@@ -229,15 +256,20 @@ impl<'s> Persistent<'s> {
 
     /// Reads or updates the request's buffer between operations (not while active):
     /// the data a receive got, or the data the next send sends.
-    pub fn with_buffer<T: crate::Equivalence, R>(&self, f: impl FnOnce(&mut [T]) -> R) -> crate::Result<R> {
+    pub fn with_buffer<T: crate::Equivalence, R>(
+        &self,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> crate::Result<R> {
         if self.active.is_some() {
-            return Err(crate::Error::Request("buffer of an active persistent request".into()));
+            return Err(crate::Error::Request(
+                "buffer of an active persistent request".into(),
+            ));
         }
         progress::with(|s| {
             let b = s.regions.slice_mut(self.region).expect("lent mutably");
-            bytemuck::try_cast_slice_mut(b)
-                .map(f)
-                .map_err(|e| crate::Error::Request(format!("buffer is not a slice of this type: {e}")))
+            bytemuck::try_cast_slice_mut(b).map(f).map_err(|e| {
+                crate::Error::Request(format!("buffer is not a slice of this type: {e}"))
+            })
         })
     }
 }

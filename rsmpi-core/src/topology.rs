@@ -1,8 +1,8 @@
 //! Communicators, processes, and the point-to-point calls on them.
 
+use crate::datatype::send_bytes;
 use crate::datatype::{Buffer, BufferMut, Equivalence};
 use crate::error::{Error, Result};
-use crate::datatype::send_bytes;
 use crate::progress::{self, Key, RecvDst, SendSrc};
 use crate::request::{self, finish, Request, Scope};
 use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
@@ -51,7 +51,12 @@ impl Status {
         self.cancelled
     }
     fn proc_null() -> Status {
-        Status { source: PROC_NULL, tag: -1, len: 0, cancelled: false }
+        Status {
+            source: PROC_NULL,
+            tag: -1,
+            len: 0,
+            cancelled: false,
+        }
     }
 }
 
@@ -101,7 +106,10 @@ impl SimpleCommunicator {
     }
     /// The process with rank `r` (send to it, receive from it).
     pub fn process_at_rank(&self, r: Rank) -> Process {
-        Process { comm: *self, rank: r }
+        Process {
+            comm: *self,
+            rank: r,
+        }
     }
     /// Any process (`MPI_ANY_SOURCE`), for receives and probes.
     pub fn any_process(&self) -> AnyProcess {
@@ -148,7 +156,10 @@ impl SimpleCommunicator {
         let n = self.size;
         let mut k = 1;
         let mut round = 0;
-        let inner = SimpleCommunicator { ctx: self.ctx | INTERNAL, ..*self };
+        let inner = SimpleCommunicator {
+            ctx: self.ctx | INTERNAL,
+            ..*self
+        };
         while k < n {
             let to = inner.process_at_rank((self.rank + k) % n);
             let from = inner.process_at_rank((self.rank - k + n) % n);
@@ -172,7 +183,10 @@ impl SimpleCommunicator {
         } else if (0..self.size).contains(&r) {
             Ok(Some(progress::with(|s| s.world_rank(self.ctx, r))))
         } else {
-            Err(Error::InvalidRank { rank: r, size: self.size })
+            Err(Error::InvalidRank {
+                rank: r,
+                size: self.size,
+            })
         }
     }
 
@@ -187,18 +201,31 @@ impl SimpleCommunicator {
 
     /// `MPI_COMM_SELF`.
     pub(crate) fn self_comm() -> SimpleCommunicator {
-        SimpleCommunicator { ctx: 1, rank: 0, size: 1 }
+        SimpleCommunicator {
+            ctx: 1,
+            rank: 0,
+            size: 1,
+        }
     }
 
     /// Every rank's `mine`, indexed by rank (an all-gather over the internal context).
     fn allgather(&self, mine: [i64; 3]) -> Vec<[i64; 3]> {
         const TAG: Tag = 1 << 20;
-        let inner = SimpleCommunicator { ctx: self.ctx | INTERNAL, ..*self };
+        let inner = SimpleCommunicator {
+            ctx: self.ctx | INTERNAL,
+            ..*self
+        };
         for r in (0..self.size).filter(|&r| r != self.rank) {
             inner.process_at_rank(r).send_with_tag(&mine, TAG);
         }
         (0..self.size)
-            .map(|r| if r == self.rank { mine } else { inner.process_at_rank(r).receive_with_tag::<[i64; 3]>(TAG).0 })
+            .map(|r| {
+                if r == self.rank {
+                    mine
+                } else {
+                    inner.process_at_rank(r).receive_with_tag::<[i64; 3]>(TAG).0
+                }
+            })
             .collect()
     }
 
@@ -212,7 +239,11 @@ impl SimpleCommunicator {
     /// Splits the communicator by `color` (`MPI_Comm_split`): ranks with the same color
     /// form a new communicator, ordered by `key` then old rank; `None` as color
     /// (`MPI_UNDEFINED`) joins none and gets `None`. Collective.
-    pub fn split_by_color_with_key(&self, color: Option<i32>, key: i32) -> Option<SimpleCommunicator> {
+    pub fn split_by_color_with_key(
+        &self,
+        color: Option<i32>,
+        key: i32,
+    ) -> Option<SimpleCommunicator> {
         if let Some(c) = color {
             if c < 0 {
                 fail("split", Error::Request(format!("color {c} is negative")));
@@ -223,11 +254,21 @@ impl SimpleCommunicator {
         let all = self.allgather([color.map_or(-1, i64::from), key as i64, next]);
         let ctx = self.agree_ctx(&all);
         let c = color? as i64;
-        let mut members: Vec<(i64, Rank)> =
-            (0..self.size).filter(|&r| all[r as usize][0] == c).map(|r| (all[r as usize][1], r)).collect();
+        let mut members: Vec<(i64, Rank)> = (0..self.size)
+            .filter(|&r| all[r as usize][0] == c)
+            .map(|r| (all[r as usize][1], r))
+            .collect();
         members.sort();
-        let world: Vec<u32> = progress::with(|s| members.iter().map(|&(_, r)| s.world_rank(self.ctx, r)).collect());
-        let rank = members.iter().position(|&(_, r)| r == self.rank).expect("member") as Rank;
+        let world: Vec<u32> = progress::with(|s| {
+            members
+                .iter()
+                .map(|&(_, r)| s.world_rank(self.ctx, r))
+                .collect()
+        });
+        let rank = members
+            .iter()
+            .position(|&(_, r)| r == self.rank)
+            .expect("member") as Rank;
         let size = world.len() as Rank;
         progress::with(|s| s.groups.insert(ctx, progress::Group::new(world)));
         Some(SimpleCommunicator { ctx, rank, size })
@@ -244,7 +285,9 @@ impl SimpleCommunicator {
     pub fn free(self) -> Result<()> {
         self.check_live()?;
         if self.ctx < 16 {
-            return Err(Error::Request("the world and self communicators cannot be freed".into()));
+            return Err(Error::Request(
+                "the world and self communicators cannot be freed".into(),
+            ));
         }
         self.barrier();
         progress::with(|s| {
@@ -285,17 +328,29 @@ enum SendArg {
 fn start_send(ctx: u32, dest: u32, tag: Tag, arg: SendArg, mode: SendMode) -> Result<Key> {
     progress::with(|s| {
         let src = match (arg, mode) {
-            (SendArg::Region(r), SendMode::Buffered) => SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec()),
+            (SendArg::Region(r), SendMode::Buffered) => {
+                SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
+            }
             (SendArg::Packed(v), SendMode::Buffered) => SendSrc::Owned(v),
             (SendArg::Region(r), _) => SendSrc::Region(r),
             (SendArg::Packed(v), _) => SendSrc::Packed(v),
         };
         let (addr, len) = match &src {
-            SendSrc::Region(r) => (s.regions.addr(*r).expect("lent"), s.regions.len(*r).expect("lent")),
+            SendSrc::Region(r) => (
+                s.regions.addr(*r).expect("lent"),
+                s.regions.len(*r).expect("lent"),
+            ),
             SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
         };
         let buf = s.transport.expose(addr, len);
-        let spec = SendSpec { dest, tag, ctx, len: len as u64, mode, buf: progress::to_matching(buf) };
+        let spec = SendSpec {
+            dest,
+            tag,
+            ctx,
+            len: len as u64,
+            mode,
+            buf: progress::to_matching(buf),
+        };
         let id = s.engine.start_send(spec)?;
         if let SendSrc::Region(r) = &src {
             s.by_region.insert(*r, Key::Send(id));
@@ -312,7 +367,13 @@ fn start_recv(ctx: u32, source: Src, tag: TagSel, dst: RecvDst) -> Result<Key> {
         let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
         let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
         let buf = s.transport.expose(addr, len);
-        let spec = RecvSpec { source, tag, ctx, capacity: len as u64, buf: Some(progress::to_matching(buf)) };
+        let spec = RecvSpec {
+            source,
+            tag,
+            ctx,
+            capacity: len as u64,
+            buf: Some(progress::to_matching(buf)),
+        };
         let id = s.engine.post_recv(spec)?;
         s.by_region.insert(dst.region(), Key::Recv(id));
         s.recv_dst.insert(id, dst);
@@ -326,14 +387,21 @@ fn recv_dst(region: RegionId, layout: Option<(&crate::Datatype, usize)>) -> Resu
     match layout {
         Some((dt, n)) if !dt.is_contiguous(n) => {
             let tmp = vec![0u8; dt.size() as usize * n];
-            Ok(RecvDst::Packed { tmp, region, datatype: dt.clone(), count: n })
+            Ok(RecvDst::Packed {
+                tmp,
+                region,
+                datatype: dt.clone(),
+                count: n,
+            })
         }
         _ => Ok(RecvDst::Region(region)),
     }
 }
 
 fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
-    let Some(dest) = p.comm.check_rank(p.rank)? else { return Ok(()) };
+    let Some(dest) = p.comm.check_rank(p.rank)? else {
+        return Ok(());
+    };
     check_tag(tag)?;
     let bytes = send_bytes(buf)?;
     request::scope(|sc| {
@@ -343,7 +411,12 @@ fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendM
     })
 }
 
-fn blocking_recv<B: BufferMut + ?Sized>(comm: &SimpleCommunicator, src: Src, tag: TagSel, buf: &mut B) -> Result<Status> {
+fn blocking_recv<B: BufferMut + ?Sized>(
+    comm: &SimpleCommunicator,
+    src: Src,
+    tag: TagSel,
+    buf: &mut B,
+) -> Result<Status> {
     let elem = buf.elem_size();
     let layout = buf.layout().map(|(d, n)| (d.clone(), n));
     let bytes = buf.as_bytes_mut();
@@ -371,18 +444,28 @@ macro_rules! receive_methods {
     () => {
         /// Receives into `buf` with any tag; returns the status.
         pub fn receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Status {
-            self.try_receive_into_tagged(buf, None).unwrap_or_else(|e| fail("receive", e))
+            self.try_receive_into_tagged(buf, None)
+                .unwrap_or_else(|e| fail("receive", e))
         }
         /// Receives into `buf` a message with `tag`.
-        pub fn receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status {
-            self.try_receive_into_tagged(buf, Some(tag)).unwrap_or_else(|e| fail("receive", e))
+        pub fn receive_into_with_tag<B: BufferMut + ?Sized>(
+            &self,
+            buf: &mut B,
+            tag: Tag,
+        ) -> Status {
+            self.try_receive_into_tagged(buf, Some(tag))
+                .unwrap_or_else(|e| fail("receive", e))
         }
         /// [`Self::receive_into`] returning errors (truncation, bad rank or tag).
         pub fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status> {
             self.try_receive_into_tagged(buf, None)
         }
         /// [`Self::receive_into_with_tag`] returning errors.
-        pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Result<Status> {
+        pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
+            &self,
+            buf: &mut B,
+            tag: Tag,
+        ) -> Result<Status> {
             self.try_receive_into_tagged(buf, Some(tag))
         }
         /// Receives one value.
@@ -399,11 +482,13 @@ macro_rules! receive_methods {
         }
         /// Receives a message of any length into a new vector.
         pub fn receive_vec<T: Equivalence>(&self) -> (Vec<T>, Status) {
-            self.try_receive_vec_tagged(None).unwrap_or_else(|e| fail("receive_vec", e))
+            self.try_receive_vec_tagged(None)
+                .unwrap_or_else(|e| fail("receive_vec", e))
         }
         /// Receives a message with `tag` of any length into a new vector.
         pub fn receive_vec_with_tag<T: Equivalence>(&self, tag: Tag) -> (Vec<T>, Status) {
-            self.try_receive_vec_tagged(Some(tag)).unwrap_or_else(|e| fail("receive_vec", e))
+            self.try_receive_vec_tagged(Some(tag))
+                .unwrap_or_else(|e| fail("receive_vec", e))
         }
         /// [`Self::receive_vec`] returning errors.
         pub fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status)> {
@@ -415,28 +500,38 @@ macro_rules! receive_methods {
         }
         /// Waits for a matching message with `tag` (`MPI_Probe`).
         pub fn probe_with_tag(&self, tag: Tag) -> Status {
-            self.probe_tagged(Some(tag)).unwrap_or_else(|e| fail("probe", e))
+            self.probe_tagged(Some(tag))
+                .unwrap_or_else(|e| fail("probe", e))
         }
         /// `MPI_Iprobe`.
         pub fn immediate_probe(&self) -> Option<Status> {
-            self.iprobe_tagged(None).unwrap_or_else(|e| fail("iprobe", e))
+            self.iprobe_tagged(None)
+                .unwrap_or_else(|e| fail("iprobe", e))
         }
         /// `MPI_Iprobe` with a tag.
         pub fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
-            self.iprobe_tagged(Some(tag)).unwrap_or_else(|e| fail("iprobe", e))
+            self.iprobe_tagged(Some(tag))
+                .unwrap_or_else(|e| fail("iprobe", e))
         }
         /// Waits for a matching message and takes it, so that only the returned
         /// [`Message`] can receive it (`MPI_Mprobe`).
         pub fn matched_probe(&self) -> (Message, Status) {
-            self.mprobe_tagged(None).unwrap_or_else(|e| fail("mprobe", e))
+            self.mprobe_tagged(None)
+                .unwrap_or_else(|e| fail("mprobe", e))
         }
         /// `MPI_Mprobe` with a tag.
         pub fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
-            self.mprobe_tagged(Some(tag)).unwrap_or_else(|e| fail("mprobe", e))
+            self.mprobe_tagged(Some(tag))
+                .unwrap_or_else(|e| fail("mprobe", e))
         }
         /// Starts a receive into `buf`, completed by the returned request.
-        pub fn immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s mut B) -> Request<'s> {
-            self.try_immediate_receive_into_tagged(scope, buf, None).unwrap_or_else(|e| fail("irecv", e))
+        pub fn immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(
+            &self,
+            scope: &'s Scope<'s, 'e>,
+            buf: &'s mut B,
+        ) -> Request<'s> {
+            self.try_immediate_receive_into_tagged(scope, buf, None)
+                .unwrap_or_else(|e| fail("irecv", e))
         }
         /// Starts a receive into `buf` of a message with `tag`.
         pub fn immediate_receive_into_with_tag<'s, 'e, B: BufferMut + ?Sized>(
@@ -445,7 +540,8 @@ macro_rules! receive_methods {
             buf: &'s mut B,
             tag: Tag,
         ) -> Request<'s> {
-            self.try_immediate_receive_into_tagged(scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
+            self.try_immediate_receive_into_tagged(scope, buf, Some(tag))
+                .unwrap_or_else(|e| fail("irecv", e))
         }
 
         /// A persistent receive into `buf` (`MPI_Recv_init`); start it with
@@ -466,11 +562,23 @@ macro_rules! receive_methods {
             let region = scope.lend_mut(bytes);
             let ctx = self.comm.ctx;
             let start = move || -> Result<Request<'s>> {
-                let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+                let Some(src) = src else {
+                    return Ok(done_request(Key::Recv(matching::RecvId(0))));
+                };
                 let key = start_recv(ctx, src, tg, RecvDst::Region(region))?;
-                Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
+                Ok(Request {
+                    key,
+                    capacity: cap,
+                    elem,
+                    ctx,
+                    _scope: std::marker::PhantomData,
+                })
             };
-            request::Persistent { start: Box::new(start), active: None, region }
+            request::Persistent {
+                start: Box::new(start),
+                active: None,
+                region,
+            }
         }
 
         /// [`Self::immediate_receive_into_with_tag`] returning errors (`tag` `None` =
@@ -489,7 +597,10 @@ macro_rules! receive_methods {
             self.probe_tagged(tag)
         }
 
-        fn try_receive_vec_tagged<T: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<T>, Status)> {
+        fn try_receive_vec_tagged<T: Equivalence>(
+            &self,
+            tag: Option<Tag>,
+        ) -> Result<(Vec<T>, Status)> {
             let (msg, st) = self.mprobe_tagged(tag)?;
             let size = std::mem::size_of::<T>();
             if size > 0 && st.len % size as u64 != 0 {
@@ -515,7 +626,15 @@ macro_rules! receive_methods {
 
         fn mprobe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status)> {
             let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else { return Ok((Message { id: None, ctx: self.comm.ctx }, Status::proc_null())) };
+            let Some(src) = src else {
+                return Ok((
+                    Message {
+                        id: None,
+                        ctx: self.comm.ctx,
+                    },
+                    Status::proc_null(),
+                ));
+            };
             let ctx = self.comm.ctx;
             let mut idle = 0u32;
             loop {
@@ -525,7 +644,12 @@ macro_rules! receive_methods {
                 });
                 if let Some((id, env)) = got {
                     let source = progress::with(|s| s.comm_rank(ctx, env.source));
-                    let st = Status { source, tag: env.tag, len: env.len, cancelled: false };
+                    let st = Status {
+                        source,
+                        tag: env.tag,
+                        len: env.len,
+                        cancelled: false,
+                    };
                     return Ok((Message { id: Some(id), ctx }, st));
                 }
                 idle += 1;
@@ -537,19 +661,32 @@ macro_rules! receive_methods {
 
         fn iprobe_tagged(&self, tag: Option<Tag>) -> Result<Option<Status>> {
             let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else { return Ok(Some(Status::proc_null())) };
+            let Some(src) = src else {
+                return Ok(Some(Status::proc_null()));
+            };
             let ctx = self.comm.ctx;
             Ok(progress::with(|s| {
                 s.progress();
                 let env = s.engine.probe(src, tag, ctx)?;
                 let source = s.comm_rank(ctx, env.source);
-                Some(Status { source, tag: env.tag, len: env.len, cancelled: false })
+                Some(Status {
+                    source,
+                    tag: env.tag,
+                    len: env.len,
+                    cancelled: false,
+                })
             }))
         }
 
-        fn try_receive_into_tagged<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Option<Tag>) -> Result<Status> {
+        fn try_receive_into_tagged<B: BufferMut + ?Sized>(
+            &self,
+            buf: &mut B,
+            tag: Option<Tag>,
+        ) -> Result<Status> {
             let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else { return Ok(Status::proc_null()) };
+            let Some(src) = src else {
+                return Ok(Status::proc_null());
+            };
             blocking_recv(&self.comm, src, tag, buf)
         }
 
@@ -563,7 +700,9 @@ macro_rules! receive_methods {
             let elem = buf.elem_size();
             let layout = buf.layout().map(|(d, n)| (d.clone(), n));
             let bytes = buf.as_bytes_mut();
-            let Some(src) = src else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+            let Some(src) = src else {
+                return Ok(done_request(Key::Recv(matching::RecvId(0))));
+            };
             let region = scope.lend_mut(bytes);
             let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
             let cap = match &dst {
@@ -572,7 +711,13 @@ macro_rules! receive_methods {
             };
             let ctx = self.comm.ctx;
             let key = start_recv(ctx, src, tag, dst)?;
-            Ok(Request { key, capacity: cap, elem, ctx, _scope: std::marker::PhantomData })
+            Ok(Request {
+                key,
+                capacity: cap,
+                elem,
+                ctx,
+                _scope: std::marker::PhantomData,
+            })
         }
     };
 }
@@ -580,14 +725,23 @@ macro_rules! receive_methods {
 /// A completed request for `PROC_NULL` operations.
 fn done_request<'s>(key: Key) -> Request<'s> {
     progress::with(|s| {
-        s.done.insert(key, progress::Done::Recv(matching::RecvOutcome::Received {
-            source: PROC_NULL as u32,
-            tag: -1,
-            len: 0,
-            truncated_from: None,
-        }))
+        s.done.insert(
+            key,
+            progress::Done::Recv(matching::RecvOutcome::Received {
+                source: PROC_NULL as u32,
+                tag: -1,
+                len: 0,
+                truncated_from: None,
+            }),
+        )
     });
-    Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData }
+    Request {
+        key,
+        capacity: 0,
+        elem: 0,
+        ctx: 0,
+        _scope: std::marker::PhantomData,
+    }
 }
 
 impl Process {
@@ -651,7 +805,13 @@ impl Process {
         blocking_send(self, buf, tag, SendMode::Buffered)
     }
 
-    fn immediate<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag, mode: SendMode) -> Result<Request<'s>> {
+    fn immediate<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<Request<'s>> {
         let Some(dest) = self.comm.check_rank(self.rank)? else {
             return Ok(done_request(Key::Recv(matching::RecvId(0))));
         };
@@ -661,22 +821,48 @@ impl Process {
             std::borrow::Cow::Owned(v) => SendArg::Packed(v),
         };
         let key = start_send(self.comm.ctx, dest, tag, arg, mode)?;
-        Ok(Request { key, capacity: 0, elem: 0, ctx: self.comm.ctx, _scope: std::marker::PhantomData })
+        Ok(Request {
+            key,
+            capacity: 0,
+            elem: 0,
+            ctx: self.comm.ctx,
+            _scope: std::marker::PhantomData,
+        })
     }
     /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
     /// [`request::Persistent::start`]; update the data between starts with
     /// [`request::Persistent::with_buffer`].
-    pub fn send_init<'s, 'e, B: BufferMut + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s mut B, tag: Tag) -> request::Persistent<'s> {
-        let dest = self.comm.check_rank(self.rank).and_then(|d| check_tag(tag).map(|_| d));
+    pub fn send_init<'s, 'e, B: BufferMut + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s mut B,
+        tag: Tag,
+    ) -> request::Persistent<'s> {
+        let dest = self
+            .comm
+            .check_rank(self.rank)
+            .and_then(|d| check_tag(tag).map(|_| d));
         let dest = dest.unwrap_or_else(|e| fail("send_init", e));
         let region = scope.lend_mut(buf.as_bytes_mut());
         let ctx = self.comm.ctx;
         let start = move || -> Result<Request<'s>> {
-            let Some(dest) = dest else { return Ok(done_request(Key::Recv(matching::RecvId(0)))) };
+            let Some(dest) = dest else {
+                return Ok(done_request(Key::Recv(matching::RecvId(0))));
+            };
             let key = start_send(ctx, dest, tag, SendArg::Region(region), SendMode::Standard)?;
-            Ok(Request { key, capacity: 0, elem: 0, ctx: 0, _scope: std::marker::PhantomData })
+            Ok(Request {
+                key,
+                capacity: 0,
+                elem: 0,
+                ctx: 0,
+                _scope: std::marker::PhantomData,
+            })
         };
-        request::Persistent { start: Box::new(start), active: None, region }
+        request::Persistent {
+            start: Box::new(start),
+            active: None,
+            region,
+        }
     }
 
     /// Starts a send in any mode, returning errors instead of aborting.
@@ -691,17 +877,32 @@ impl Process {
     }
 
     /// [`Self::synchronous_send_with_tag`] returning errors.
-    pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+    pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
+        &self,
+        buf: &B,
+        tag: Tag,
+    ) -> Result<()> {
         blocking_send(self, buf, tag, SendMode::Synchronous)
     }
 
     /// Starts a standard-mode send with tag 0 (`MPI_Isend`).
-    pub fn immediate_send<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B) -> Request<'s> {
-        self.immediate(scope, buf, 0, SendMode::Standard).unwrap_or_else(|e| fail("isend", e))
+    pub fn immediate_send<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+    ) -> Request<'s> {
+        self.immediate(scope, buf, 0, SendMode::Standard)
+            .unwrap_or_else(|e| fail("isend", e))
     }
     /// `MPI_Isend`.
-    pub fn immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Standard).unwrap_or_else(|e| fail("isend", e))
+    pub fn immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+        tag: Tag,
+    ) -> Request<'s> {
+        self.immediate(scope, buf, tag, SendMode::Standard)
+            .unwrap_or_else(|e| fail("isend", e))
     }
     /// `MPI_Issend`.
     pub fn immediate_synchronous_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
@@ -710,11 +911,18 @@ impl Process {
         buf: &'s B,
         tag: Tag,
     ) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Synchronous).unwrap_or_else(|e| fail("issend", e))
+        self.immediate(scope, buf, tag, SendMode::Synchronous)
+            .unwrap_or_else(|e| fail("issend", e))
     }
     /// `MPI_Irsend`.
-    pub fn immediate_ready_send_with_tag<'s, 'e, B: Buffer + ?Sized>(&self, scope: &'s Scope<'s, 'e>, buf: &'s B, tag: Tag) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Ready).unwrap_or_else(|e| fail("irsend", e))
+    pub fn immediate_ready_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
+        &self,
+        scope: &'s Scope<'s, 'e>,
+        buf: &'s B,
+        tag: Tag,
+    ) -> Request<'s> {
+        self.immediate(scope, buf, tag, SendMode::Ready)
+            .unwrap_or_else(|e| fail("irsend", e))
     }
 }
 
@@ -738,12 +946,15 @@ pub struct Message {
 impl Message {
     /// Receives the message into `buf` (`MPI_Mrecv`).
     pub fn receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
-        self.try_receive_into(buf).unwrap_or_else(|e| fail("mrecv", e))
+        self.try_receive_into(buf)
+            .unwrap_or_else(|e| fail("mrecv", e))
     }
 
     /// [`Self::receive_into`] returning errors.
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
-        let Some(id) = self.id else { return Ok(Status::proc_null()) };
+        let Some(id) = self.id else {
+            return Ok(Status::proc_null());
+        };
         let ctx = self.ctx;
         let elem = buf.elem_size();
         let layout = buf.layout().map(|(d, n)| (d.clone(), n));
@@ -767,7 +978,14 @@ impl Message {
 impl SimpleCommunicator {
     /// Sends `buf` to `dest`, then replaces its contents with a message from `source`
     /// (`MPI_Sendrecv_replace`).
-    pub fn sendrecv_replace<B: BufferMut + Buffer + ?Sized>(&self, buf: &mut B, dest: Rank, stag: Tag, source: Rank, rtag: Tag) -> Status {
+    pub fn sendrecv_replace<B: BufferMut + Buffer + ?Sized>(
+        &self,
+        buf: &mut B,
+        dest: Rank,
+        stag: Tag,
+        source: Rank,
+        rtag: Tag,
+    ) -> Status {
         let out = buf.as_bytes().to_vec();
         self.sendrecv(&out[..], dest, stag, buf, source, rtag)
     }
@@ -784,7 +1002,9 @@ impl SimpleCommunicator {
         rtag: Tag,
     ) -> Status {
         request::scope(|sc| {
-            let r = self.process_at_rank(source).immediate_receive_into_with_tag(sc, rbuf, rtag);
+            let r = self
+                .process_at_rank(source)
+                .immediate_receive_into_with_tag(sc, rbuf, rtag);
             self.process_at_rank(dest).send_with_tag(sbuf, stag);
             r.wait()
         })

@@ -2,7 +2,7 @@
 //! started by the launcher (`launcher::run`), with the test's own name as filter.
 
 use rsmpi::request;
-use rsmpi::{ErrorClass, Error};
+use rsmpi::{Error, ErrorClass};
 use std::time::{Duration, Instant};
 
 /// Runs `body` on `n` ranks of a real job; in the parent, asserts the job succeeded.
@@ -16,11 +16,17 @@ fn job(n: u32, name: &str, body: fn(&rsmpi::Universe)) {
     let mut j = launcher::Job::new(n, exe, ["--exact", name, "--nocapture", "--test-threads=1"]);
     j.timeout = Some(Duration::from_secs(60));
     j.prefix_output = true;
-    assert_eq!(launcher::run(&j).unwrap(), 0, "job {name} on {n} ranks failed");
+    assert_eq!(
+        launcher::run(&j).unwrap(),
+        0,
+        "job {name} on {n} ranks failed"
+    );
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -28,12 +34,18 @@ fn sizes_across_the_eager_limit() {
     job(2, "sizes_across_the_eager_limit", |u| {
         let w = u.world();
         let peer = w.process_at_rank(1 - w.rank());
-        for (i, len) in [0usize, 1, 8191, 8192, 8193, 65536, 1 << 20, 3 << 20].into_iter().enumerate() {
+        for (i, len) in [0usize, 1, 8191, 8192, 8193, 65536, 1 << 20, 3 << 20]
+            .into_iter()
+            .enumerate()
+        {
             let tag = i as i32;
             if w.rank() == 0 {
                 peer.send_with_tag(&pattern(len, 7)[..], tag);
                 let (v, st) = peer.receive_vec_with_tag::<u8>(tag);
-                assert_eq!((st.source_rank(), st.tag(), st.count_bytes()), (1, tag, len as u64));
+                assert_eq!(
+                    (st.source_rank(), st.tag(), st.count_bytes()),
+                    (1, tag, len as u64)
+                );
                 assert_eq!(v, pattern(len, 9));
             } else {
                 let mut buf = vec![0u8; len];
@@ -57,14 +69,21 @@ fn preposted_receives_take_the_one_sided_path() {
             request::scope(|sc| {
                 let reqs: Vec<_> = bufs
                     .iter_mut()
-                    .map(|b| w.process_at_rank(0).immediate_receive_into_with_tag(sc, &mut b[..], 3))
+                    .map(|b| {
+                        w.process_at_rank(0)
+                            .immediate_receive_into_with_tag(sc, &mut b[..], 3)
+                    })
                     .collect();
                 w.barrier();
                 // do not call into the library while rank 0 sends
                 std::thread::sleep(Duration::from_millis(800));
                 for (i, r) in reqs.into_iter().enumerate() {
                     let st = r.wait();
-                    assert_eq!((st.source_rank(), st.tag(), st.count::<u64>()), (0, 3, 1024), "receive {i}");
+                    assert_eq!(
+                        (st.source_rank(), st.tag(), st.count::<u64>()),
+                        (0, 3, 1024),
+                        "receive {i}"
+                    );
                 }
             });
             for (i, b) in bufs.iter().enumerate() {
@@ -79,8 +98,14 @@ fn preposted_receives_take_the_one_sided_path() {
             }
             let took = t.elapsed();
             let s = u.stats();
-            assert_eq!(s.direct_writes, N as u64, "every send should be a direct write: {s}");
-            assert!(took < Duration::from_millis(500), "sends waited for the sleeping receiver: {took:?}");
+            assert_eq!(
+                s.direct_writes, N as u64,
+                "every send should be a direct write: {s}"
+            );
+            assert!(
+                took < Duration::from_millis(500),
+                "sends waited for the sleeping receiver: {took:?}"
+            );
             let _: (u8, _) = w.process_at_rank(1).receive();
         }
     });
@@ -157,12 +182,22 @@ fn errors_are_reported_and_nothing_is_lost() {
         if w.rank() == 0 {
             // truncation: 16 bytes into an 8-byte buffer
             let mut small = [0u8; 8];
-            let e = peer.try_receive_into_with_tag(&mut small[..], 1).unwrap_err();
-            assert_eq!(e, Error::Truncated { len: 16, capacity: 8 });
+            let e = peer
+                .try_receive_into_with_tag(&mut small[..], 1)
+                .unwrap_err();
+            assert_eq!(
+                e,
+                Error::Truncated {
+                    len: 16,
+                    capacity: 8
+                }
+            );
             assert_eq!(small, [7u8; 8]);
             // a message that is not a whole number of elements
             let mut words = [0u32; 4];
-            let e = peer.try_receive_into_with_tag(&mut words[..], 2).unwrap_err();
+            let e = peer
+                .try_receive_into_with_tag(&mut words[..], 2)
+                .unwrap_err();
             assert_eq!(e.class(), ErrorClass::Count);
             // the next message is intact
             let (v, _) = peer.receive_with_tag::<u64>(3);
@@ -200,7 +235,9 @@ fn modes_and_communicators() {
             peer.synchronous_send_with_tag(&3i32, 1);
             u.buffer_attach(64).unwrap();
             peer.buffered_send_with_tag(&[4u8; 32][..], 2);
-            let e = peer.try_buffered_send_with_tag(&[0u8; 100][..], 2).unwrap_err();
+            let e = peer
+                .try_buffered_send_with_tag(&[0u8; 100][..], 2)
+                .unwrap_err();
             assert_eq!(e.class(), ErrorClass::Buffer);
             assert_eq!(u.buffer_detach().unwrap(), 64);
             let mut x = 0i32;
@@ -244,7 +281,10 @@ fn cancel_a_posted_receive() {
             });
             assert_eq!(b, 22);
             let (v, _) = peer.receive_with_tag::<u32>(1);
-            assert_eq!(v, 11, "the message for the cancelled receive goes to the next one");
+            assert_eq!(
+                v, 11,
+                "the message for the cancelled receive goes to the next one"
+            );
         } else {
             w.barrier();
             peer.send_with_tag(&11u32, 1);
@@ -269,7 +309,10 @@ fn ring_on_four_ranks_oversubscribed() {
                 s.wait();
                 r.wait();
             });
-            assert_eq!(got, vec![((w.rank() + n - 1) % n) as u64 * 1000 + round; 100]);
+            assert_eq!(
+                got,
+                vec![((w.rank() + n - 1) % n) as u64 * 1000 + round; 100]
+            );
         }
         w.barrier();
     });
@@ -288,16 +331,32 @@ fn a_panicking_rank_ends_the_job() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
-    let mut j = launcher::Job::new(2, exe, ["--exact", "a_panicking_rank_ends_the_job", "--test-threads=1"]);
+    let mut j = launcher::Job::new(
+        2,
+        exe,
+        [
+            "--exact",
+            "a_panicking_rank_ends_the_job",
+            "--test-threads=1",
+        ],
+    );
     j.timeout = Some(Duration::from_secs(60));
     let t = Instant::now();
     let code = launcher::run(&j).unwrap();
     assert_ne!(code, 0);
-    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("rsmpi-{}-", std::process::id())))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("rsmpi-{}-", std::process::id()))
+        })
         .collect();
     assert!(left.is_empty(), "segments left: {left:?}");
 }
@@ -315,12 +374,19 @@ fn split_free_and_self() {
         let mut got = -1i32;
         let st = half.sendrecv(&me, 1 - half.rank(), 0, &mut got, 1 - half.rank(), 0);
         assert_eq!(got, (me + 2) % 4);
-        assert_eq!(st.source_rank(), 1 - half.rank(), "status source is a rank of the new communicator");
+        assert_eq!(
+            st.source_rank(),
+            1 - half.rank(),
+            "status source is a rank of the new communicator"
+        );
         let (v, st) = {
             other.send_with_tag(&(me * 10), 1);
             half.any_process().receive_with_tag::<i32>(1)
         };
-        assert_eq!((v, st.source_rank()), (((me + 2) % 4) * 10, 1 - half.rank()));
+        assert_eq!(
+            (v, st.source_rank()),
+            (((me + 2) % 4) * 10, 1 - half.rank())
+        );
         assert_eq!(half.compare(&w), rsmpi::CommunicatorRelation::Unequal);
         let d = half.duplicate();
         assert_eq!(d.compare(&half), rsmpi::CommunicatorRelation::Congruent);
@@ -354,14 +420,16 @@ fn persistent_and_request_collections() {
             let mut s = peer.send_init(sc, &mut sbuf[..], 9);
             let mut r = peer.receive_init(sc, &mut rbuf[..], Some(9));
             for i in 0..5u32 {
-                s.with_buffer::<u32, _>(|b| b.fill(i * 10 + w.rank() as u32)).unwrap();
+                s.with_buffer::<u32, _>(|b| b.fill(i * 10 + w.rank() as u32))
+                    .unwrap();
                 r.start().unwrap();
                 s.start().unwrap();
                 assert!(s.start().is_err(), "starting an active request");
                 s.wait().unwrap();
                 let st = r.wait().unwrap();
                 assert_eq!(st.count::<u32>(), 4);
-                r.with_buffer::<u32, _>(|b| assert_eq!(b, [i * 10 + 1 - w.rank() as u32; 4])).unwrap();
+                r.with_buffer::<u32, _>(|b| assert_eq!(b, [i * 10 + 1 - w.rank() as u32; 4]))
+                    .unwrap();
             }
             assert!(r.wait().is_none(), "inactive");
         });
@@ -371,7 +439,11 @@ fn persistent_and_request_collections() {
         request::scope(|sc| {
             let mut reqs: Vec<Option<request::Request>> = vec![None];
             for (i, b) in bufs.iter_mut().enumerate() {
-                reqs.push(Some(peer.immediate_receive_into_with_tag(sc, &mut b[..], i as i32)));
+                reqs.push(Some(peer.immediate_receive_into_with_tag(
+                    sc,
+                    &mut b[..],
+                    i as i32,
+                )));
             }
             reqs.push(None);
             for (i, o) in out.iter().enumerate().rev() {
@@ -425,14 +497,27 @@ fn derived_datatypes() {
                 gap: u32,
                 b: f64,
             }
-            let ps = [P { a: 1, gap: 99, b: 2.5 }, P { a: 3, gap: 99, b: 4.5 }];
+            let ps = [
+                P {
+                    a: 1,
+                    gap: 99,
+                    b: 2.5,
+                },
+                P {
+                    a: 3,
+                    gap: 99,
+                    b: 4.5,
+                },
+            ];
             let st = Datatype::structured(&[1, 1], &[0, 8], &[Datatype::of::<u32>(), f.clone()]);
             let st = Datatype::structured(&[1, 1], &[0, 16], &[st, Datatype::bytes(0)]);
             assert_eq!(st.extent(), 16);
             let bytes: &[u8] = rsmpi::bytemuck::cast_slice(&ps[..]);
             peer.send_with_tag(&View::with_count_and_datatype(bytes, 2, &st), 3);
             // a view that does not fit its buffer is a datatype error
-            let e = peer.try_send_with_tag(&View::with_count_and_datatype(&m[..4], 1, &col), 4).unwrap_err();
+            let e = peer
+                .try_send_with_tag(&View::with_count_and_datatype(&m[..4], 1, &col), 4)
+                .unwrap_err();
             assert_eq!(e.class(), ErrorClass::Type);
         } else {
             let (v, st) = peer.receive_vec_with_tag::<f64>(1);
@@ -446,7 +531,10 @@ fn derived_datatypes() {
                 assert_eq!(st.count_bytes(), 48);
             });
             // indexed {1 at 0, 2 at 3}, extent 5 elements: m[0], m[3], m[4], m[5], m[8], m[9]
-            assert_eq!(dst, vec![0.0, -1.0, 3.0, -1.0, 4.0, -1.0, 5.0, -1.0, 8.0, -1.0, 9.0, -1.0]);
+            assert_eq!(
+                dst,
+                vec![0.0, -1.0, 3.0, -1.0, 4.0, -1.0, 5.0, -1.0, 8.0, -1.0, 9.0, -1.0]
+            );
             let (raw, _) = peer.receive_vec_with_tag::<u8>(3);
             assert_eq!(raw.len(), 24);
             assert_eq!(raw[..4], 1u32.to_ne_bytes());

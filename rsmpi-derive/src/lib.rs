@@ -22,9 +22,12 @@ pub fn derive_equivalence(input: TokenStream) -> TokenStream {
             Fields::Unit => vec![],
         },
         _ => {
-            return syn::Error::new_spanned(&input.ident, "Equivalence can only be derived for structs")
-                .to_compile_error()
-                .into()
+            return syn::Error::new_spanned(
+                &input.ident,
+                "Equivalence can only be derived for structs",
+            )
+            .to_compile_error()
+            .into()
         }
     };
     quote! {

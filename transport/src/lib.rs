@@ -151,12 +151,22 @@ pub trait Transport {
     /// is visible at the peer before any control message sent after this call returns.
     /// `dst` must be a descriptor the peer produced with [`Transport::expose`] and
     /// advertised (the protocol layer guarantees this); transports check the bounds.
-    fn put(&mut self, peer: Rank, src: &[u8], dst: RemoteBuf, offset: u64)
-        -> Result<(), TransportError>;
+    fn put(
+        &mut self,
+        peer: Rank,
+        src: &[u8],
+        dst: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError>;
 
     /// Reads `dst.len()` bytes from byte `offset` of the peer's exposed buffer `src`.
-    fn get(&mut self, peer: Rank, dst: &mut [u8], src: RemoteBuf, offset: u64)
-        -> Result<(), TransportError>;
+    fn get(
+        &mut self,
+        peer: Rank,
+        dst: &mut [u8],
+        src: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError>;
 }
 
 /// The start-up key-value exchange a transport uses to find its peers (the launcher's
@@ -185,7 +195,11 @@ pub trait Exchange {
 pub fn check_bounds(buf: &RemoteBuf, offset: u64, len: u64) -> Result<(), TransportError> {
     match offset.checked_add(len) {
         Some(end) if end <= buf.len => Ok(()),
-        _ => Err(TransportError::OutOfBounds { offset, len, limit: buf.len }),
+        _ => Err(TransportError::OutOfBounds {
+            offset,
+            len,
+            limit: buf.len,
+        }),
     }
 }
 
@@ -195,13 +209,21 @@ mod tests {
 
     #[test]
     fn bounds() {
-        let b = RemoteBuf { addr: 4096, len: 100, key: 0 };
+        let b = RemoteBuf {
+            addr: 4096,
+            len: 100,
+            key: 0,
+        };
         assert!(check_bounds(&b, 0, 100).is_ok());
         assert!(check_bounds(&b, 99, 1).is_ok());
         assert!(check_bounds(&b, 100, 0).is_ok());
         assert!(matches!(
             check_bounds(&b, 99, 2),
-            Err(TransportError::OutOfBounds { offset: 99, len: 2, limit: 100 })
+            Err(TransportError::OutOfBounds {
+                offset: 99,
+                len: 2,
+                limit: 100
+            })
         ));
         assert!(check_bounds(&b, u64::MAX, 2).is_err());
     }

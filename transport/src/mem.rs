@@ -137,13 +137,21 @@ pub struct Scope<'scope, 'env: 'scope, H: RegionHost> {
 impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
     /// Lends a buffer for reading until the scope ends.
     pub fn lend(&'scope self, buf: &'scope [u8]) -> RegionId {
-        let slot = Slot { ptr: buf.as_ptr() as *mut u8, len: buf.len(), writable: false };
+        let slot = Slot {
+            ptr: buf.as_ptr() as *mut u8,
+            len: buf.len(),
+            writable: false,
+        };
         self.add(slot)
     }
 
     /// Lends a buffer for reading and writing until the scope ends.
     pub fn lend_mut(&'scope self, buf: &'scope mut [u8]) -> RegionId {
-        let slot = Slot { ptr: buf.as_mut_ptr(), len: buf.len(), writable: true };
+        let slot = Slot {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            writable: true,
+        };
         self.add(slot)
     }
 

@@ -36,8 +36,16 @@ const STRIDE: u64 = 0x100;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
-    Recv { src: Source, tag: TagSel },
-    Send { dst: Rank, tag: Tag, big: bool, sync: bool },
+    Recv {
+        src: Source,
+        tag: TagSel,
+    },
+    Send {
+        dst: Rank,
+        tag: Tag,
+        big: bool,
+        sync: bool,
+    },
     /// Cancel the n-th receive of this rank.
     CancelRecv(usize),
     /// Cancel the n-th send of this rank.
@@ -82,11 +90,17 @@ impl Program {
                         lr.push(p.recvs.len());
                         p.recvs.push((r as Rank, src, tag));
                     }
-                    Op::Send { dst, tag, big, sync } => {
+                    Op::Send {
+                        dst,
+                        tag,
+                        big,
+                        sync,
+                    } => {
                         ro.push(None);
                         so.push(Some(p.sends.len()));
                         ls.push(p.sends.len());
-                        p.sends.push((r as Rank, dst, tag, if big { BIG } else { SMALL }, sync));
+                        p.sends
+                            .push((r as Rank, dst, tag, if big { BIG } else { SMALL }, sync));
                     }
                     _ => {
                         ro.push(None);
@@ -119,7 +133,12 @@ impl Program {
                             TagSel::Tag(t) => t.to_string(),
                         }
                     ),
-                    Op::Send { dst, tag, big, sync } => format!(
+                    Op::Send {
+                        dst,
+                        tag,
+                        big,
+                        sync,
+                    } => format!(
                         "i{}send(->{dst},tag {tag}{})",
                         if *sync { "s" } else { "" },
                         if *big { ",rndv" } else { "" }
@@ -134,11 +153,16 @@ impl Program {
     }
 
     fn payload(&self, s: usize) -> Vec<u8> {
-        (0..self.sends[s].3).map(|b| (s as u8 + 1) ^ (b as u8 * 16)).collect()
+        (0..self.sends[s].3)
+            .map(|b| (s as u8 + 1) ^ (b as u8 * 16))
+            .collect()
     }
 
     fn has_cancel(&self) -> bool {
-        self.ranks.iter().flatten().any(|op| matches!(op, Op::CancelRecv(_) | Op::CancelSend(_)))
+        self.ranks
+            .iter()
+            .flatten()
+            .any(|op| matches!(op, Op::CancelRecv(_) | Op::CancelSend(_)))
     }
 
     fn n(&self) -> usize {
@@ -231,13 +255,22 @@ impl Step<'_> {
                 l.push(format!("    rank {rank} -> {o:?}"));
             }
             match o {
-                Output::Transmit { to, header, payload } => {
+                Output::Transmit {
+                    to,
+                    header,
+                    payload,
+                } => {
                     let mut bytes = header.as_bytes().to_vec();
                     if let Some((s, len)) = payload {
                         let g = self.send_idx(rank, s);
                         bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
-                        if let Ok((wire::Frame { msg: wire::Ctrl::WrittenInline { .. }, .. }, _)) =
-                            wire::decode(&bytes)
+                        if let Ok((
+                            wire::Frame {
+                                msg: wire::Ctrl::WrittenInline { .. },
+                                ..
+                            },
+                            _,
+                        )) = wire::decode(&bytes)
                         {
                             // matched at the sender: the bytes travel inline
                             self.w.matched |= 1 << g;
@@ -252,32 +285,57 @@ impl Step<'_> {
                     if self.p.recvs[r].0 != to || self.w.rres[r] != RRes::Pending {
                         self.v(
                             "P5",
-                            format!("direct write of send#{g} into recv#{r}, which is {:?}", self.w.rres[r]),
+                            format!(
+                                "direct write of send#{g} into recv#{r}, which is {:?}",
+                                self.w.rres[r]
+                            ),
                         );
                     } else if len > dst.len {
-                        self.v("P5", format!("direct write of {len} bytes into a {}-byte buffer", dst.len));
+                        self.v(
+                            "P5",
+                            format!("direct write of {len} bytes into a {}-byte buffer", dst.len),
+                        );
                     } else {
                         let data = self.p.payload(g);
                         self.w.buf[r][..len as usize].copy_from_slice(&data[..len as usize]);
                         self.w.matched |= 1 << g;
                     }
                 }
-                Output::Get { xfer, from, src, len, into } => {
+                Output::Get {
+                    xfer,
+                    from,
+                    src,
+                    len,
+                    into,
+                } => {
                     if let GetInto::Recv(r) = into {
                         let r = self.recv_idx(rank, r);
                         let g = ((src.addr - SEND_BASE) / STRIDE) as u8;
                         if self.w.rres[r] != RRes::Pending {
-                            self.v("P5", format!("read for recv#{r}, which is {:?}", self.w.rres[r]));
+                            self.v(
+                                "P5",
+                                format!("read for recv#{r}, which is {:?}", self.w.rres[r]),
+                            );
                         }
                         self.w.rres[r] = RRes::Fetching(g);
                         self.w.matched |= 1 << g;
                     }
-                    self.w.gets.push(PendingGet { rank, xfer, from, src, len, into });
+                    self.w.gets.push(PendingGet {
+                        rank,
+                        xfer,
+                        from,
+                        src,
+                        len,
+                        into,
+                    });
                 }
                 Output::CopyIn { recv, data } => {
                     let r = self.recv_idx(rank, recv);
                     if data.len() as u64 > CAP {
-                        self.v("P1", format!("copy of {} bytes past recv#{r}'s buffer", data.len()));
+                        self.v(
+                            "P1",
+                            format!("copy of {} bytes past recv#{r}'s buffer", data.len()),
+                        );
                     } else {
                         self.w.buf[r][..data.len()].copy_from_slice(&data);
                     }
@@ -300,10 +358,19 @@ impl Step<'_> {
                         && (self.w.matched >> g & 1 == 1
                             || self.w.rres.iter().any(|x| *x == RRes::Got(g as u8)))
                     {
-                        self.v("P1", format!("send#{g} cancelled although its message was received"));
+                        self.v(
+                            "P1",
+                            format!("send#{g} cancelled although its message was received"),
+                        );
                     }
-                    if outcome == SendOutcome::Sent && self.p.sends[g].4 && self.w.matched >> g & 1 == 0 {
-                        self.v("SYNC", format!("synchronous send#{g} completed before it matched"));
+                    if outcome == SendOutcome::Sent
+                        && self.p.sends[g].4
+                        && self.w.matched >> g & 1 == 0
+                    {
+                        self.v(
+                            "SYNC",
+                            format!("synchronous send#{g} completed before it matched"),
+                        );
                     }
                 }
                 Output::BufferFree { .. } => {}
@@ -313,21 +380,46 @@ impl Step<'_> {
 
     fn recv_done(&mut self, r: usize, outcome: RecvOutcome) {
         if !matches!(self.w.rres[r], RRes::Pending | RRes::Fetching(_)) {
-            self.v("P1", format!("recv#{r} completed twice ({:?} then {outcome:?})", self.w.rres[r]));
+            self.v(
+                "P1",
+                format!(
+                    "recv#{r} completed twice ({:?} then {outcome:?})",
+                    self.w.rres[r]
+                ),
+            );
             return;
         }
         match outcome {
             RecvOutcome::Cancelled => self.w.rres[r] = RRes::Cancelled,
-            RecvOutcome::Received { source, tag, len, truncated_from } => {
+            RecvOutcome::Received {
+                source,
+                tag,
+                len,
+                truncated_from,
+            } => {
                 let first = self.w.buf[r][0];
-                let Some(g) = (first as usize).checked_sub(1).filter(|&g| g < self.p.sends.len()) else {
-                    self.v("P1", format!("recv#{r} completed with garbage in its buffer"));
+                let Some(g) = (first as usize)
+                    .checked_sub(1)
+                    .filter(|&g| g < self.p.sends.len())
+                else {
+                    self.v(
+                        "P1",
+                        format!("recv#{r} completed with garbage in its buffer"),
+                    );
                     return;
                 };
                 let (from, to, stag, slen, _) = self.p.sends[g];
                 let (rrank, rsrc, rtag) = self.p.recvs[r];
-                if from != source || stag != tag || to != rrank || !rsrc.matches_rank(from) || !rtag.matches_tag(tag) {
-                    self.v("P1", format!("recv#{r} got send#{g} with a wrong envelope ({source},{tag})"));
+                if from != source
+                    || stag != tag
+                    || to != rrank
+                    || !rsrc.matches_rank(from)
+                    || !rtag.matches_tag(tag)
+                {
+                    self.v(
+                        "P1",
+                        format!("recv#{r} got send#{g} with a wrong envelope ({source},{tag})"),
+                    );
                 }
                 if len != slen.min(CAP) || truncated_from.is_some() != (slen > CAP) {
                     self.v("P1", format!("recv#{r} reports length {len} for send#{g}"));
@@ -340,7 +432,10 @@ impl Step<'_> {
                 }
                 if let RRes::Fetching(x) = self.w.rres[r] {
                     if x as usize != g {
-                        self.v("P1", format!("recv#{r} was reading send#{x} but holds send#{g}"));
+                        self.v(
+                            "P1",
+                            format!("recv#{r} was reading send#{x} but holds send#{g}"),
+                        );
                     }
                 }
                 // a cancelled send or a staged read is invisible to the checker until
@@ -348,7 +443,10 @@ impl Step<'_> {
                 // forms below always apply)
                 let online = self.p.cfg.protocol != RecvProtocol::Get && !self.p.has_cancel();
                 if self.w.sres[g] == SRes::Cancelled {
-                    self.v("P1", format!("send#{g} received although its cancel succeeded"));
+                    self.v(
+                        "P1",
+                        format!("send#{g} received although its cancel succeeded"),
+                    );
                 }
                 // P2 on-line: an earlier message of the same sender that matches r is unreceived
                 for &g1 in &self.p.local_send[from as usize] {
@@ -371,8 +469,17 @@ impl Step<'_> {
                         break;
                     }
                     let (_, s1, t1) = self.p.recvs[r1];
-                    if online && self.w.rres[r1] == RRes::Pending && s1.matches_rank(from) && t1.matches_tag(tag) {
-                        self.v("P3", format!("recv#{r} got send#{g} while earlier matching recv#{r1} is pending"));
+                    if online
+                        && self.w.rres[r1] == RRes::Pending
+                        && s1.matches_rank(from)
+                        && t1.matches_tag(tag)
+                    {
+                        self.v(
+                            "P3",
+                            format!(
+                                "recv#{r} got send#{g} while earlier matching recv#{r1} is pending"
+                            ),
+                        );
                     }
                 }
                 self.w.rres[r] = RRes::Got(g as u8);
@@ -387,7 +494,9 @@ impl Step<'_> {
             Act::Op(rank) => {
                 let ri = rank as usize;
                 let pc = self.w.pc[ri] as usize;
-                let Some(&op) = self.p.ranks[ri].get(pc) else { return false };
+                let Some(&op) = self.p.ranks[ri].get(pc) else {
+                    return false;
+                };
                 self.w.pc[ri] += 1;
                 if let Some(l) = &mut self.log {
                     l.push(format!("rank {rank} performs {op:?}"));
@@ -396,8 +505,18 @@ impl Step<'_> {
                 match op {
                     Op::Recv { src, tag } => {
                         let g = self.p.recv_of[ri][pc].unwrap();
-                        let buf = RemoteBuf { addr: RECV_BASE + g as u64 * STRIDE, len: CAP, key: 0 };
-                        let spec = RecvSpec { source: src, tag, ctx: 0, capacity: CAP, buf: Some(buf) };
+                        let buf = RemoteBuf {
+                            addr: RECV_BASE + g as u64 * STRIDE,
+                            len: CAP,
+                            key: 0,
+                        };
+                        let spec = RecvSpec {
+                            source: src,
+                            tag,
+                            ctx: 0,
+                            capacity: CAP,
+                            buf: Some(buf),
+                        };
                         let id = e.post_recv(spec).expect("valid receive");
                         self.w.rid[g] = Some(id);
                         self.w.rres[g] = RRes::Pending;
@@ -405,9 +524,24 @@ impl Step<'_> {
                     Op::Send { dst, tag, sync, .. } => {
                         let g = self.p.send_of[ri][pc].unwrap();
                         let len = self.p.sends[g].3;
-                        let buf = RemoteBuf { addr: SEND_BASE + g as u64 * STRIDE, len, key: 0 };
-                        let mode = if sync { SendMode::Synchronous } else { SendMode::Standard };
-                        let spec = SendSpec { dest: dst, tag, ctx: 0, len, mode, buf };
+                        let buf = RemoteBuf {
+                            addr: SEND_BASE + g as u64 * STRIDE,
+                            len,
+                            key: 0,
+                        };
+                        let mode = if sync {
+                            SendMode::Synchronous
+                        } else {
+                            SendMode::Standard
+                        };
+                        let spec = SendSpec {
+                            dest: dst,
+                            tag,
+                            ctx: 0,
+                            len,
+                            mode,
+                            buf,
+                        };
                         self.w.sres[g] = SRes::Pending;
                         let id = e.start_send(spec).expect("valid send");
                         self.w.sid[g] = Some(id);
@@ -433,7 +567,10 @@ impl Step<'_> {
                 };
                 let res = self.w.eng[to as usize].handle(from, &bytes);
                 if let Some(l) = &mut self.log {
-                    l.push(format!("rank {to} processes {:?} from {from}", wire::decode(&bytes).map(|f| f.0)));
+                    l.push(format!(
+                        "rank {to} processes {:?} from {from}",
+                        wire::decode(&bytes).map(|f| f.0)
+                    ));
                 }
                 match res {
                     Err(e) => self.v("PROTO", format!("rank {to}: {e}")),
@@ -461,7 +598,10 @@ impl Step<'_> {
                     GetInto::Recv(r) => {
                         let r = self.recv_idx(g.rank, r);
                         if !matches!(self.w.rres[r], RRes::Fetching(_)) {
-                            self.v("P5", format!("read into recv#{r}, which is {:?}", self.w.rres[r]));
+                            self.v(
+                                "P5",
+                                format!("read into recv#{r}, which is {:?}", self.w.rres[r]),
+                            );
                         }
                         self.w.buf[r][..data.len()].copy_from_slice(&data);
                         None
@@ -471,7 +611,9 @@ impl Step<'_> {
                 if let Some(l) = &mut self.log {
                     l.push(format!("rank {} finishes read {:?}", g.rank, g.xfer));
                 }
-                self.w.eng[g.rank as usize].get_done(g.xfer, staged).expect("known transfer");
+                self.w.eng[g.rank as usize]
+                    .get_done(g.xfer, staged)
+                    .expect("known transfer");
                 self.drain(g.rank);
             }
         }
@@ -539,8 +681,8 @@ fn actions(p: &Program, w: &World) -> Vec<Act> {
 struct Pure {
     pc: Vec<u8>,
     rres: Vec<RRes>,
-    posted: Vec<Vec<usize>>,        // per rank, posting order
-    umq: Vec<Vec<usize>>,           // per rank, arrival order (send indices)
+    posted: Vec<Vec<usize>>,            // per rank, posting order
+    umq: Vec<Vec<usize>>,               // per rank, arrival order (send indices)
     chan: Vec<VecDeque<(bool, usize)>>, // (is_cancel, send idx)
     cancelled: u32,
 }
@@ -646,8 +788,18 @@ fn pure_outcomes(p: &Program) -> HashSet<Outcome> {
 }
 
 fn complete(p: &Program, o: &Outcome) -> bool {
-    let got: u32 = o.0.iter().filter_map(|x| if let RRes::Got(g) = x { Some(1u32 << g) } else { None }).sum();
-    o.0.iter().all(|x| matches!(x, RRes::Got(_) | RRes::Cancelled))
+    let got: u32 =
+        o.0.iter()
+            .filter_map(|x| {
+                if let RRes::Got(g) = x {
+                    Some(1u32 << g)
+                } else {
+                    None
+                }
+            })
+            .sum();
+    o.0.iter()
+        .all(|x| matches!(x, RRes::Got(_) | RRes::Cancelled))
         && (0..p.sends.len()).all(|g| (got | o.1) >> g & 1 == 1)
 }
 
@@ -673,7 +825,11 @@ impl Report {
         }
     }
     pub fn summary(&self) -> String {
-        let mut props: Vec<_> = self.failures.iter().map(|(k, v)| format!("{k}: {} programs", v.0)).collect();
+        let mut props: Vec<_> = self
+            .failures
+            .iter()
+            .map(|(k, v)| format!("{k}: {} programs", v.0))
+            .collect();
         props.sort();
         format!(
             "{} programs, {} distinct states, violations: [{}]",
@@ -733,22 +889,40 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
             // terminal
             let o: Outcome = (
                 w.rres.clone(),
-                w.sres.iter().enumerate().filter(|(_, s)| **s == SRes::Cancelled).map(|(g, _)| 1u32 << g).sum(),
+                w.sres
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| **s == SRes::Cancelled)
+                    .map(|(g, _)| 1u32 << g)
+                    .sum(),
             );
             for (prop, text) in final_checks(p, &w, &o, &pure, pure_complete) {
                 if outs.insert(format!("{prop}{text}")) {
-                    record(&mut found, prop, format!("{text}\n  program: {}", p.describe()));
+                    record(
+                        &mut found,
+                        prop,
+                        format!("{text}\n  program: {}", p.describe()),
+                    );
                 }
             }
             continue;
         }
         for (ai, act) in acts.iter().enumerate() {
-            let mut st = Step { p, w: w.clone(), viol: vec![], log: None };
+            let mut st = Step {
+                p,
+                w: w.clone(),
+                viol: vec![],
+                log: None,
+            };
             st.apply(*act);
             if !st.viol.is_empty() {
                 let trace = replay_trace(p, &seen, fp, ai);
                 for (prop, text) in st.viol {
-                    record(&mut found, prop, format!("{text}\n  program: {}\n{trace}", p.describe()));
+                    record(
+                        &mut found,
+                        prop,
+                        format!("{text}\n  program: {}\n{trace}", p.describe()),
+                    );
                 }
                 continue;
             }
@@ -785,9 +959,18 @@ fn replay_trace(
     let mut lines = vec![];
     for (n, ai) in path.into_iter().enumerate() {
         let act = actions(p, &w)[ai];
-        let mut st = Step { p, w, viol: vec![], log: Some(vec![]) };
+        let mut st = Step {
+            p,
+            w,
+            viol: vec![],
+            log: Some(vec![]),
+        };
         st.apply(act);
-        lines.push(format!("  {:2}. {}", n + 1, st.log.take().unwrap().join("\n")));
+        lines.push(format!(
+            "  {:2}. {}",
+            n + 1,
+            st.log.take().unwrap().join("\n")
+        ));
         for (prop, t) in &st.viol {
             lines.push(format!("      *** {prop}: {t}"));
         }
@@ -796,7 +979,13 @@ fn replay_trace(
     lines.join("\n")
 }
 
-fn final_checks(p: &Program, w: &World, o: &Outcome, pure: &HashSet<Outcome>, pure_complete: bool) -> Vec<Viol> {
+fn final_checks(
+    p: &Program,
+    w: &World,
+    o: &Outcome,
+    pure: &HashSet<Outcome>,
+    pure_complete: bool,
+) -> Vec<Viol> {
     let mut v = vec![];
     let mut recv_of = vec![None; p.sends.len()];
     for (r, x) in w.rres.iter().enumerate() {
@@ -814,20 +1003,33 @@ fn final_checks(p: &Program, w: &World, o: &Outcome, pure: &HashSet<Outcome>, pu
             _ => {}
         }
         if w.sres[g] == SRes::Sent && p.sends[g].4 && recv_of[g].is_none() {
-            v.push(("SYNC", format!("synchronous send#{g} completed but never received")));
+            v.push((
+                "SYNC",
+                format!("synchronous send#{g} completed but never received"),
+            ));
         }
     }
     for (r, e) in w.eng.iter().enumerate() {
         if e.queue_lengths().1 != unexpected[r] {
             v.push((
                 "P1",
-                format!("rank {r} holds {} unexpected messages, {} expected", e.queue_lengths().1, unexpected[r]),
+                format!(
+                    "rank {r} holds {} unexpected messages, {} expected",
+                    e.queue_lengths().1,
+                    unexpected[r]
+                ),
             ));
         }
     }
     // liveness
     if pure_complete && !complete(p, o) {
-        v.push(("LIVE", format!("stuck although receiver-side matching always completes: {:?}", o.0)));
+        v.push((
+            "LIVE",
+            format!(
+                "stuck although receiver-side matching always completes: {:?}",
+                o.0
+            ),
+        ));
     }
     // P2 final: two messages of one sender that both match a receive
     for (g1, &(f1, t1, tag1, _, _)) in p.sends.iter().enumerate() {
@@ -841,10 +1043,14 @@ fn final_checks(p: &Program, w: &World, o: &Outcome, pure: &HashSet<Outcome>, pu
                 continue;
             }
             match recv_of[g1] {
-                None => v.push(("P2", format!("send#{g1} unreceived but later send#{g2} went to recv#{r2}"))),
-                Some(r1) if r1 > r2 => {
-                    v.push(("P2", format!("send#{g1}->recv#{r1} but later send#{g2}->earlier recv#{r2}")))
-                }
+                None => v.push((
+                    "P2",
+                    format!("send#{g1} unreceived but later send#{g2} went to recv#{r2}"),
+                )),
+                Some(r1) if r1 > r2 => v.push((
+                    "P2",
+                    format!("send#{g1}->recv#{r1} but later send#{g2}->earlier recv#{r2}"),
+                )),
                 _ => {}
             }
         }
@@ -870,13 +1076,22 @@ fn final_checks(p: &Program, w: &World, o: &Outcome, pure: &HashSet<Outcome>, pu
                     }
                 }
                 RRes::Cancelled => {}
-                other => v.push(("P3", format!("recv#{r2} got send#{g} while earlier recv#{r1} is {other:?}"))),
+                other => v.push((
+                    "P3",
+                    format!("recv#{r2} got send#{g} while earlier recv#{r1} is {other:?}"),
+                )),
             }
         }
     }
     // P4
     if !pure.contains(o) {
-        v.push(("P4", format!("outcome {:?} (cancelled sends {:b}) is not one receiver-side matching produces", o.0, o.1)));
+        v.push((
+            "P4",
+            format!(
+                "outcome {:?} (cancelled sends {:b}) is not one receiver-side matching produces",
+                o.0, o.1
+            ),
+        ));
     }
     v
 }
@@ -934,12 +1149,18 @@ pub fn seqs<T: Clone>(alpha: &[T], lo: usize, hi: usize) -> Vec<Vec<T>> {
 
 /// Whether some assignment receives every message (so that liveness is interesting).
 pub fn saturating(recvs: &[(Source, TagSel)], sends: &[(Rank, Tag)]) -> bool {
-    fn go(i: usize, used: &mut Vec<bool>, recvs: &[(Source, TagSel)], sends: &[(Rank, Tag)]) -> bool {
+    fn go(
+        i: usize,
+        used: &mut Vec<bool>,
+        recvs: &[(Source, TagSel)],
+        sends: &[(Rank, Tag)],
+    ) -> bool {
         if i == sends.len() {
             return true;
         }
         for r in 0..recvs.len() {
-            if !used[r] && recvs[r].0.matches_rank(sends[i].0) && recvs[r].1.matches_tag(sends[i].1) {
+            if !used[r] && recvs[r].0.matches_rank(sends[i].0) && recvs[r].1.matches_tag(sends[i].1)
+            {
                 used[r] = true;
                 if go(i + 1, used, recvs, sends) {
                     return true;
