@@ -406,7 +406,7 @@ mod tests {
         let col = Datatype::vector(4, 1, 4, &Datatype::bytes(1));
         assert_eq!((col.size(), col.extent()), (4, 13));
         assert_eq!(col.pack(1, &m[1..]).unwrap(), vec![1, 5, 9, 13]);
-        let mut out = vec![0u8; 16];
+        let mut out = [0u8; 16];
         col.unpack(1, &[7, 7, 7, 7], &mut out[2..]).unwrap();
         assert_eq!(out.iter().filter(|&&x| x == 7).count(), 4);
         assert_eq!((out[2], out[6], out[10], out[14]), (7, 7, 7, 7));

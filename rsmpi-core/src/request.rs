@@ -137,14 +137,27 @@ fn progress_once() -> bool {
     progress::with(|s| s.progress())
 }
 
-/// `MPI_Testany`: completes one finished request, if any. `Err(())` when every entry
-/// is inactive.
-pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> Result<Option<(usize, Status)>, ()> {
+/// What [`test_any`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestAny {
+    /// Request `.0` completed with this status (its entry is now `None`).
+    Completed(usize, Status),
+    /// Active requests remain, none completed yet.
+    Pending,
+    /// Every entry is inactive (`MPI_UNDEFINED`).
+    Inactive,
+}
+
+/// `MPI_Testany`: completes one finished request, if any.
+pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> TestAny {
     if reqs.iter().all(Option::is_none) {
-        return Err(());
+        return TestAny::Inactive;
     }
     progress_once();
-    Ok((0..reqs.len()).find_map(|i| poll_one(reqs, i).map(|st| (i, st))))
+    match (0..reqs.len()).find_map(|i| poll_one(reqs, i).map(|st| (i, st))) {
+        Some((i, st)) => TestAny::Completed(i, st),
+        None => TestAny::Pending,
+    }
 }
 
 /// `MPI_Waitany`: waits until one request completes; `None` when every entry is
@@ -153,9 +166,9 @@ pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Status)> {
     let mut idle = 0u32;
     loop {
         match test_any(reqs) {
-            Err(()) => return None,
-            Ok(Some(x)) => return Some(x),
-            Ok(None) => {
+            TestAny::Inactive => return None,
+            TestAny::Completed(i, st) => return Some((i, st)),
+            TestAny::Pending => {
                 idle += 1;
                 if idle > 100 {
                     std::thread::yield_now();

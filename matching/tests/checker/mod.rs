@@ -171,7 +171,7 @@ impl Program {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum RRes {
+pub enum RRes {
     NotPosted,
     Pending,
     /// Matched; its payload is being read.
@@ -356,7 +356,7 @@ impl Step<'_> {
                     };
                     if outcome == SendOutcome::Cancelled
                         && (self.w.matched >> g & 1 == 1
-                            || self.w.rres.iter().any(|x| *x == RRes::Got(g as u8)))
+                            || self.w.rres.contains(&RRes::Got(g as u8)))
                     {
                         self.v(
                             "P1",
@@ -427,7 +427,7 @@ impl Step<'_> {
                 if self.w.buf[r][..len as usize] != self.p.payload(g)[..len as usize] {
                     self.v("P1", format!("recv#{r} holds corrupted bytes of send#{g}"));
                 }
-                if self.w.rres.iter().any(|x| *x == RRes::Got(g as u8)) {
+                if self.w.rres.contains(&RRes::Got(g as u8)) {
                     self.v("P1", format!("send#{g} received twice"));
                 }
                 if let RRes::Fetching(x) = self.w.rres[r] {
@@ -878,7 +878,7 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
     q.push_back((f0, init));
     let mut found: Vec<(&'static str, String)> = vec![];
     let mut outs: BTreeSet<String> = BTreeSet::new();
-    let mut record = |found: &mut Vec<(&'static str, String)>, prop: &'static str, text: String| {
+    let record = |found: &mut Vec<(&'static str, String)>, prop: &'static str, text: String| {
         if !found.iter().any(|(p, _)| *p == prop) {
             found.push((prop, text));
         }
