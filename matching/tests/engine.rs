@@ -508,6 +508,48 @@ fn direct_write_path() {
 }
 
 #[test]
+fn inline_direct_write_path() {
+    let mut w = World::two(cfg(|c| c.inline_limit = 16));
+    let r = w.post(1, R0, t(7), 12);
+    w.deliver_all(1, 0);
+    // 20 bytes into a 12-byte receive: truncated, still inline (12 <= 16)
+    let s = w.send(0, 1, 7, 20, STD);
+    assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    assert!(
+        w.puts.is_empty(),
+        "no one-sided write for an inline payload"
+    );
+    assert_eq!(
+        w.peek(0, 1),
+        vec![Ctrl::WrittenInline {
+            k: 1,
+            tag: 7,
+            len: 12,
+            msg_len: 20
+        }]
+    );
+    w.run();
+    assert_eq!(w.recv_bytes(1, r), w.payload(0, s)[..12].to_vec());
+    assert!(matches!(
+        w.recv_done(1, r),
+        Some(RecvOutcome::Received {
+            len: 12,
+            truncated_from: Some(20),
+            ..
+        })
+    ));
+    let st = w.stats(0);
+    assert_eq!((st.direct_writes, st.inline_writes), (1, 1));
+    // above the limit: one-sided again
+    let r2 = w.post(1, R0, t(7), 64);
+    w.deliver_all(1, 0);
+    let s2 = w.send(0, 1, 7, 17, STD);
+    assert_eq!(w.puts.len(), 1);
+    w.run();
+    w.assert_received(1, r2, 0, s2, 7);
+}
+
+#[test]
 fn direct_write_any_tag_and_order() {
     // two receives from rank 0: ANY_TAG then tag 3; a tag-3 send takes the ANY_TAG one
     let mut w = World::two(cfg(|_| {}));

@@ -1,7 +1,7 @@
 //! Exhaustive model checking of the real engine (see `checker/mod.rs`).
 //!
-//! Default bounds: every program of phases A–E below (≈ 10^6 distinct states, about a
-//! minute on 2 cores in the test profile). `RSMPI_MODEL_BIG=1` adds larger bounds.
+//! Default bounds: every program of phases A–E below (≈ 10^7 distinct states, 2–3
+//! minutes on 2 quiet cores in the test profile). `RSMPI_MODEL_BIG=1` adds larger bounds.
 
 mod checker;
 
@@ -103,9 +103,9 @@ fn phase_b(c: Config, max0: usize) -> Vec<Program> {
 
 /// Phase C: rendezvous and synchronous sends, credits of 1: ≤ 3 receives, ≤ 3 sends
 /// each eager or rendezvous (and all synchronous in a second pass).
-fn phase_c(c: Config) -> Vec<Program> {
+fn phase_c(c: Config, max_recvs: usize) -> Vec<Program> {
     let mut out = vec![];
-    for r in seqs(&pats(false), 1, 3) {
+    for r in seqs(&pats(false), 1, max_recvs) {
         for s in seqs(&[0, 1], 1, 2) {
             for big in seqs(&[false, true], s.len(), s.len()) {
                 for sync in [false, true] {
@@ -225,26 +225,32 @@ fn exhaustive_default_bounds() {
         ("B (2 senders)", phase_b(both, 2)),
         (
             "C (rendezvous/sync, 1 credit)",
-            phase_c(cfg(|c| {
-                c.credits = 1;
-                c.low_water = 1;
-            })),
+            phase_c(
+                cfg(|c| {
+                    c.credits = 1;
+                    c.low_water = 1;
+                }),
+                3,
+            ),
         ),
         (
             "C (inline direct writes, 1 credit)",
-            phase_c(cfg(|c| {
-                c.inline_limit = SMALL;
-                c.credits = 1;
-                c.low_water = 1;
-            })),
+            phase_c(
+                cfg(|c| {
+                    c.inline_limit = SMALL;
+                    c.credits = 1;
+                    c.low_water = 1;
+                }),
+                2,
+            ),
         ),
         (
             "C (get protocol)",
-            phase_c(cfg(|c| c.protocol = RecvProtocol::Get)),
+            phase_c(cfg(|c| c.protocol = RecvProtocol::Get), 2),
         ),
         (
             "C (sync protocol)",
-            phase_c(cfg(|c| c.protocol = RecvProtocol::Sync)),
+            phase_c(cfg(|c| c.protocol = RecvProtocol::Sync), 2),
         ),
         ("D (cancel)", phase_d(both)),
         (
@@ -283,8 +289,19 @@ fn exhaustive_default_bounds() {
     }
     assert!(total.states > 0, "explored only {} states", total.states);
     if std::env::var_os("RSMPI_MODEL_BIG").is_some() {
-        let rep = run("B+ (rank 0 sends up to 3)", phase_b(both, 3));
-        assert_clean(&rep);
+        for (name, progs) in [
+            ("B+ (rank 0 sends up to 3)", phase_b(both, 3)),
+            (
+                "C+ (get protocol, 3 receives)",
+                phase_c(cfg(|c| c.protocol = RecvProtocol::Get), 3),
+            ),
+            (
+                "C+ (sync protocol, 3 receives)",
+                phase_c(cfg(|c| c.protocol = RecvProtocol::Sync), 3),
+            ),
+        ] {
+            assert_clean(&run(name, progs));
+        }
     }
 }
 
