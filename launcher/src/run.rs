@@ -465,27 +465,47 @@ fn spawn_rank(job: &Job, rank: u32, job_id: &str, sock: &Path, secret: &[u8]) ->
     cmd.spawn()
 }
 
+/// How long an abort waits for a signal-killed rank to be reaped (see `supervise`).
+const ABORT_SETTLE: Duration = Duration::from_millis(150);
+
 /// The supervision loop; returns the job's exit status once every rank is reaped.
 fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalGuard) -> i32 {
     let start = Instant::now();
     let mut result: Option<i32> = None;
     // Set once the job is being torn down: when to escalate to SIGKILL.
     let mut kill_at: Option<Instant> = None;
+    // When a rank aborts because a peer died, the peer's death is the real cause:
+    // give its exit a moment to be reaped before blaming the aborting rank.
+    let mut abort_seen: Option<Instant> = None;
+    let mut failed_so_far: Vec<(usize, ExitStatus)> = Vec::new();
     loop {
         let ended = sup.reap();
         let sig = signals.take();
+        failed_so_far.extend(ended.iter().filter(|(_, st)| !st.success()).copied());
         if result.is_none() {
             let failed: Vec<_> = ended.iter().filter(|(_, st)| !st.success()).collect();
             let worst = failed
                 .iter()
                 .max_by_key(|(r, st)| (status_code(*st), std::cmp::Reverse(*r)));
-            // An abort is recorded before the aborting rank exits, so look at it first.
-            let first = if let Some(a) = server.abort_request() {
+            let abort = server.abort_request();
+            if abort.is_some() && abort_seen.is_none() {
+                abort_seen = Some(Instant::now());
+            }
+            let killed = failed_so_far.iter().find(|(_, st)| st.signal().is_some()).copied();
+            let abort_settled = abort_seen.is_some_and(|t| t.elapsed() >= ABORT_SETTLE);
+            // An abort is recorded before the aborting rank exits, so look at it first,
+            // unless another rank was killed by a signal: that is the cause.
+            let first = if let (Some(_), Some((rank, st))) = (&abort, killed) {
+                eprintln!("{}", describe(rank, st));
+                Some((status_code(st), Signal::TERM))
+            } else if let (Some(a), true) = (&abort, abort_settled) {
                 eprintln!(
                     "rsmpirun: rank {} called abort with code {}: {}",
                     a.rank, a.code, a.msg
                 );
                 Some((a.code, Signal::TERM))
+            } else if abort.is_some() {
+                None
             } else if let Some(&&(rank, st)) = worst {
                 eprintln!("{}", describe(rank, st));
                 Some((status_code(st), Signal::TERM))

@@ -121,6 +121,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         done: HashMap::default(),
         boot,
         next_ctx: 16,
+        next_null: 0,
         groups: HashMap::from_iter([(1, progress::Group::new(vec![me]))]),
         freed: Default::default(),
         start: std::time::Instant::now(),

@@ -76,6 +76,8 @@ pub(crate) enum Done {
 pub(crate) enum Key {
     Recv(RecvId),
     Send(SendId),
+    /// A `PROC_NULL` operation: complete from the start.
+    Null(u64),
 }
 
 /// The ranks of a communicator other than the world: comm rank -> world rank and back.
@@ -107,6 +109,8 @@ pub(crate) struct State {
     pub done: HashMap<Key, Done>,
     pub boot: Boot,
     pub next_ctx: u32,
+    /// Keys of `PROC_NULL` requests.
+    pub next_null: u64,
     /// Groups of communicators whose ranks are not the world's (by context id).
     pub groups: HashMap<u32, Group>,
     /// Contexts of freed communicators.
@@ -415,12 +419,14 @@ impl RegionHost for Host {
                 .filter(|k| match k {
                     Key::Recv(r) => s.recv_dst.contains_key(r),
                     Key::Send(x) => s.send_src.contains_key(x),
+                    Key::Null(_) => false,
                 })
                 .collect();
             for k in &keys {
                 let _ = match k {
                     Key::Recv(r) => s.engine.cancel_recv(*r),
                     Key::Send(x) => s.engine.cancel_send(*x),
+                    Key::Null(_) => Ok(()),
                 };
             }
             s.run_outputs();

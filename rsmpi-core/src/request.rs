@@ -72,6 +72,7 @@ impl Request<'_> {
             let _ = match self.key {
                 Key::Recv(r) => s.engine.cancel_recv(r),
                 Key::Send(x) => s.engine.cancel_send(x),
+                Key::Null(_) => Ok(()),
             };
             s.run_outputs();
         })

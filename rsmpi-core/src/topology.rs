@@ -563,7 +563,7 @@ macro_rules! receive_methods {
             let ctx = self.comm.ctx;
             let start = move || -> Result<Request<'s>> {
                 let Some(src) = src else {
-                    return Ok(done_request(Key::Recv(matching::RecvId(0))));
+                    return Ok(done_request());
                 };
                 let key = start_recv(ctx, src, tg, RecvDst::Region(region))?;
                 Ok(Request {
@@ -701,7 +701,7 @@ macro_rules! receive_methods {
             let layout = buf.layout().map(|(d, n)| (d.clone(), n));
             let bytes = buf.as_bytes_mut();
             let Some(src) = src else {
-                return Ok(done_request(Key::Recv(matching::RecvId(0))));
+                return Ok(done_request());
             };
             let region = scope.lend_mut(bytes);
             let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
@@ -722,8 +722,13 @@ macro_rules! receive_methods {
     };
 }
 
-/// A completed request for `PROC_NULL` operations.
-fn done_request<'s>(key: Key) -> Request<'s> {
+/// A completed request for `PROC_NULL` operations (each with its own key, so that
+/// several can be pending at once).
+fn done_request<'s>() -> Request<'s> {
+    let key = progress::with(|s| {
+        s.next_null += 1;
+        Key::Null(s.next_null)
+    });
     progress::with(|s| {
         s.done.insert(
             key,
@@ -813,7 +818,7 @@ impl Process {
         mode: SendMode,
     ) -> Result<Request<'s>> {
         let Some(dest) = self.comm.check_rank(self.rank)? else {
-            return Ok(done_request(Key::Recv(matching::RecvId(0))));
+            return Ok(done_request());
         };
         check_tag(tag)?;
         let arg = match send_bytes(buf)? {
@@ -847,7 +852,7 @@ impl Process {
         let ctx = self.comm.ctx;
         let start = move || -> Result<Request<'s>> {
             let Some(dest) = dest else {
-                return Ok(done_request(Key::Recv(matching::RecvId(0))));
+                return Ok(done_request());
             };
             let key = start_send(ctx, dest, tag, SendArg::Region(region), SendMode::Standard)?;
             Ok(Request {

@@ -1,0 +1,93 @@
+//! `conformance`: runs every case of the suite as a job in every matching mode on every
+//! transport and prints `conformance: N passed, M failed` per transport and mode, then
+//! `N passed, M failed` overall; exits non-zero if anything failed.
+//!
+//! ```text
+//! conformance [FILTER]            run the suite (cases whose name contains FILTER)
+//! conformance --list              list the cases
+//! conformance rank NAME           (internal) one rank of case NAME, under the launcher
+//! conformance launch N SECS NAME  (internal) launch case NAME on N ranks, like rsmpirun
+//! ```
+#![forbid(unsafe_code)]
+
+use conformance::{Ctx, Matching, TRANSPORTS};
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let exe = std::env::current_exe().expect("current_exe");
+    match args.first().map(String::as_str) {
+        Some("rank") => {
+            conformance::rank_main(&args[1]);
+        }
+        Some("soak-rank") => conformance::soak::rank_main(),
+        Some("launch") => {
+            let n = args[1].parse().expect("ranks");
+            let secs = args[2].parse().expect("timeout");
+            std::process::exit(conformance::launch_main(&exe, n, secs, &args[3]));
+        }
+        Some("--list") => {
+            for c in conformance::all().iter().filter(|c| c.is_test()) {
+                println!("{}", c.name);
+            }
+        }
+        Some("-h" | "--help") => {
+            println!("usage: conformance [FILTER] | --list");
+        }
+        filter => {
+            let cases: Vec<_> = conformance::all()
+                .into_iter()
+                .filter(|c| c.is_test() && filter.is_none_or(|f| c.name.contains(f)))
+                .collect();
+            let t0 = Instant::now();
+            let (mut passed, mut failed) = (0, 0);
+            let mut summary = Vec::new();
+            let mut failures = Vec::new();
+            for transport in TRANSPORTS {
+                for m in Matching::ALL {
+                    let ctx = Ctx {
+                        exe: exe.clone(),
+                        matching: m,
+                        transport: transport.into(),
+                    };
+                    let (mut p, mut f) = (0, 0);
+                    for c in &cases {
+                        let t = Instant::now();
+                        match conformance::run_case(&ctx, c) {
+                            Ok(()) => {
+                                p += 1;
+                                println!(
+                                    "ok     [{transport} {}] {} ({:.2} s)",
+                                    m.env(),
+                                    c.name,
+                                    t.elapsed().as_secs_f64()
+                                );
+                            }
+                            Err(e) => {
+                                f += 1;
+                                println!("FAILED [{transport} {}] {}: {e}", m.env(), c.name);
+                                failures.push(format!("[{transport} {}] {e}", m.env()));
+                            }
+                        }
+                    }
+                    summary.push(format!(
+                        "conformance: {p} passed, {f} failed (transport {transport}, matching {})",
+                        m.env()
+                    ));
+                    passed += p;
+                    failed += f;
+                }
+            }
+            println!();
+            for f in &failures {
+                println!("failure: {f}");
+            }
+            for s in &summary {
+                println!("{s}");
+            }
+            println!("(took {:.1} s)", t0.elapsed().as_secs_f64());
+            println!("{passed} passed, {failed} failed");
+            std::process::exit(i32::from(failed > 0));
+        }
+    }
+}
