@@ -26,6 +26,10 @@ pub fn cases() -> Vec<Case> {
             "checkers_catch_reordering_loss_duplication_corruption",
             checkers_catch_broken_traces,
         ),
+        Case::host(
+            "soak_catches_injected_transport_faults",
+            soak_catches_injected_faults,
+        ),
     ]
 }
 
@@ -863,6 +867,17 @@ fn start_recv<'s, 'e>(
 
 /// Runs one soak job through the launcher; `Err` on failure (with the seed).
 pub fn run(exe: &std::path::Path, s: &Settings, matching: Matching) -> Result<(), String> {
+    run_env(exe, s, matching, &[], None)
+}
+
+/// [`run`] with extra environment variables and an optional time limit.
+pub fn run_env(
+    exe: &std::path::Path,
+    s: &Settings,
+    matching: Matching,
+    env: &[(&str, &str)],
+    timeout: Option<Duration>,
+) -> Result<(), String> {
     println!(
         "soak: seed {} ranks {} matching {} for {:.1} s",
         s.seed,
@@ -873,7 +888,11 @@ pub fn run(exe: &std::path::Path, s: &Settings, matching: Matching) -> Result<()
     let mut j = launcher::Job::new(s.ranks, exe, ["soak-rank"]);
     j.prefix_output = true;
     j.forward_signals = false;
-    j.timeout = Some(s.duration + Duration::from_secs(60 + 10 * u64::from(s.ranks)));
+    j.timeout =
+        Some(timeout.unwrap_or(s.duration + Duration::from_secs(60 + 10 * u64::from(s.ranks))));
+    for (k, v) in env {
+        j.env.push(((*k).into(), (*v).into()));
+    }
     j.env.push(("RSMPI_MATCHING".into(), matching.env().into()));
     j.env.push((ENV_SEED.into(), s.seed.to_string().into()));
     j.env
@@ -916,6 +935,25 @@ fn soak_short(ctx: &Ctx) -> Result<(), String> {
         run(&ctx.exe, &s, ctx.matching)?;
     }
     Ok(())
+}
+
+/// A transport that reorders, loses or duplicates one payload message (rsmpi's
+/// `fault-injection` feature, `RSMPI_FAULT`) makes the soak fail, while the same seed
+/// passes without the fault: the suite catches each kind of fault end to end.
+fn soak_catches_injected_faults(ctx: &Ctx) -> Result<(), String> {
+    let s = Settings {
+        seed: 20261122,
+        ranks: 2,
+        duration: Duration::from_millis(1500),
+    };
+    for fault in ["reorder", "drop", "duplicate"] {
+        let limit = Some(Duration::from_secs(20));
+        match run_env(&ctx.exe, &s, ctx.matching, &[("RSMPI_FAULT", fault)], limit) {
+            Ok(()) => return Err(format!("an injected {fault} went unnoticed")),
+            Err(e) => println!("soak: injected {fault} caught: {e}"),
+        }
+    }
+    run(&ctx.exe, &s, ctx.matching)
 }
 
 /// The checkers catch broken traces: a clean trace passes; swapping two messages,

@@ -79,4 +79,5 @@ cases!(
     // soak and the checks of its checkers
     soak_short_2_3_4_ranks,
     checkers_catch_reordering_loss_duplication_corruption,
+    soak_catches_injected_transport_faults,
 );

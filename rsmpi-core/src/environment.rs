@@ -113,7 +113,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     let engine = Engine::new(me, boot.size(), cfg);
     progress::install(State {
         engine,
-        transport: Box::new(t),
+        transport: wrap_transport(Box::new(t)),
         regions: Default::default(),
         recv_dst: HashMap::default(),
         send_src: HashMap::default(),
@@ -210,4 +210,14 @@ pub fn time() -> f64 {
 /// `MPI_Wtick`: resolution of [`time`] in seconds.
 pub fn time_resolution() -> f64 {
     1e-9
+}
+
+#[cfg(feature = "fault-injection")]
+fn wrap_transport(t: Box<dyn transport::Transport>) -> Box<dyn transport::Transport> {
+    crate::fault::wrap(t)
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn wrap_transport(t: Box<dyn transport::Transport>) -> Box<dyn transport::Transport> {
+    t
 }

@@ -28,6 +28,8 @@
 mod datatype;
 mod environment;
 mod error;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod progress;
 pub mod request;
 mod topology;

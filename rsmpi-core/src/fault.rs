@@ -1,0 +1,144 @@
+//! Fault injection for testing the test suite (cargo feature `fault-injection`, off by
+//! default): with `RSMPI_FAULT=reorder|drop|duplicate`, the 20th message carrying or
+//! announcing a payload (eager send request, direct-write notice) that a rank receives
+//! is delivered after the same peer's next message, not at all, or twice. The conformance suite uses it to show that its checks catch reordering, loss
+//! and duplication; nothing else ever sets it.
+
+use matching::wire::{self, Body, Ctrl};
+use transport::{Caps, Rank, RemoteBuf, Transport, TransportError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Reorder,
+    Drop,
+    Duplicate,
+}
+
+pub(crate) struct Faulty {
+    inner: Box<dyn Transport>,
+    fault: Fault,
+    seen: u64,
+    held: Option<(Rank, Vec<u8>)>,
+    done: bool,
+}
+
+const VICTIM: u64 = 20;
+
+/// Wraps `t` if `RSMPI_FAULT` asks for a fault.
+pub(crate) fn wrap(t: Box<dyn Transport>) -> Box<dyn Transport> {
+    let fault = match std::env::var("RSMPI_FAULT").as_deref() {
+        Ok("reorder") => Fault::Reorder,
+        Ok("drop") => Fault::Drop,
+        Ok("duplicate") => Fault::Duplicate,
+        _ => return t,
+    };
+    eprintln!("rsmpi: rank {}: injecting fault {fault:?}", t.rank());
+    Box::new(Faulty {
+        inner: t,
+        fault,
+        seen: 0,
+        held: None,
+        done: false,
+    })
+}
+
+/// A message that carries or announces a payload: eager send requests and
+/// direct-write notices.
+fn is_eager(b: &[u8]) -> bool {
+    matches!(
+        wire::decode(b),
+        Ok((
+            wire::Frame {
+                msg: Ctrl::SendReq {
+                    body: Body::Eager,
+                    ..
+                } | Ctrl::Written { .. }
+                    | Ctrl::WrittenInline { .. },
+                ..
+            },
+            _
+        ))
+    )
+}
+
+impl Transport for Faulty {
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+    fn try_send(
+        &mut self,
+        peer: Rank,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<(), TransportError> {
+        self.inner.try_send(peer, header, payload)
+    }
+    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf {
+        self.inner.expose(addr, len)
+    }
+    fn put(
+        &mut self,
+        peer: Rank,
+        src: &[u8],
+        dst: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError> {
+        self.inner.put(peer, src, dst, offset)
+    }
+    fn get(
+        &mut self,
+        peer: Rank,
+        dst: &mut [u8],
+        src: RemoteBuf,
+        offset: u64,
+    ) -> Result<(), TransportError> {
+        self.inner.get(peer, dst, src, offset)
+    }
+    fn poll(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Rank, &[u8]),
+    ) -> Result<usize, TransportError> {
+        let mut got = Vec::new();
+        self.inner
+            .poll(max, &mut |r, b| got.push((r, b.to_vec())))?;
+        let me = self.inner.rank();
+        let n = got.len();
+        for (r, b) in got {
+            if !self.done && r != me && is_eager(&b) {
+                self.seen += 1;
+                if self.seen == VICTIM {
+                    match self.fault {
+                        Fault::Drop => {
+                            self.done = true;
+                            continue;
+                        }
+                        Fault::Duplicate => {
+                            self.done = true;
+                            f(r, &b);
+                            f(r, &b);
+                            continue;
+                        }
+                        Fault::Reorder => {
+                            self.held = Some((r, b));
+                            continue;
+                        }
+                    }
+                }
+            }
+            f(r, &b);
+            if self.held.as_ref().is_some_and(|(hr, _)| *hr == r) {
+                let (hr, hb) = self.held.take().expect("held");
+                f(hr, &hb);
+                self.done = true;
+            }
+        }
+        Ok(n)
+    }
+}
