@@ -61,6 +61,9 @@ impl Boot {
                 "{ENV_RANK}={rank} is not below {ENV_SIZE}={size}"
             )));
         }
+        // Die with the launcher: a rank must never outlive its job.
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
         let job_id = var(ENV_JOB_ID)?;
         if job_id.is_empty()
             || !job_id

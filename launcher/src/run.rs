@@ -12,6 +12,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+/// Writes a line to stderr, ignoring errors (stderr may be closed: reporting must not
+/// panic and leave ranks behind).
+macro_rules! report {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use rustix::process::{kill_process, Pid, Signal};
 
 use crate::proto;
@@ -441,7 +450,7 @@ fn spawn_forwarder(
         }
     });
     if let Err(e) = res {
-        eprintln!("rsmpirun: cannot forward the output of rank {rank}: {e}");
+        report!("rsmpirun: cannot forward the output of rank {rank}: {e}");
     }
 }
 
@@ -491,32 +500,37 @@ fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalG
             if abort.is_some() && abort_seen.is_none() {
                 abort_seen = Some(Instant::now());
             }
-            let killed = failed_so_far.iter().find(|(_, st)| st.signal().is_some()).copied();
+            let killed = failed_so_far
+                .iter()
+                .find(|(_, st)| st.signal().is_some())
+                .copied();
             let abort_settled = abort_seen.is_some_and(|t| t.elapsed() >= ABORT_SETTLE);
             // An abort is recorded before the aborting rank exits, so look at it first,
             // unless another rank was killed by a signal: that is the cause.
             let first = if let (Some(_), Some((rank, st))) = (&abort, killed) {
-                eprintln!("{}", describe(rank, st));
+                report!("{}", describe(rank, st));
                 Some((status_code(st), Signal::TERM))
             } else if let (Some(a), true) = (&abort, abort_settled) {
-                eprintln!(
+                report!(
                     "rsmpirun: rank {} called abort with code {}: {}",
-                    a.rank, a.code, a.msg
+                    a.rank,
+                    a.code,
+                    a.msg
                 );
                 Some((a.code, Signal::TERM))
             } else if abort.is_some() {
                 None
             } else if let Some(&&(rank, st)) = worst {
-                eprintln!("{}", describe(rank, st));
+                report!("{}", describe(rank, st));
                 Some((status_code(st), Signal::TERM))
             } else if let Some(s) = sig {
-                eprintln!(
+                report!(
                     "rsmpirun: received signal {s} ({}), stopping the job",
                     signal_name(s)
                 );
                 Some((128 + s, to_signal(s)))
             } else if job.timeout.is_some_and(|t| start.elapsed() >= t) {
-                eprintln!(
+                report!(
                     "rsmpirun: job timed out after {:.1} s, killing all ranks",
                     job.timeout.unwrap_or_default().as_secs_f64()
                 );

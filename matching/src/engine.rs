@@ -356,9 +356,23 @@ impl Engine {
         p.owed += 1;
         if p.owed >= lw {
             let credit = std::mem::take(&mut p.owed);
+            // The credit overtakes whatever waits in the outbox, so its `m` must not
+            // run ahead of a receive request still waiting there: the peer forgets
+            // send requests up to `m`, and that request's crossing replay needs them.
+            let m = p
+                .outbox
+                .iter()
+                .find_map(|q| match q {
+                    Queued::Ctrl {
+                        msg: Ctrl::RecvReq { m, .. },
+                        ..
+                    } => Some(*m),
+                    _ => None,
+                })
+                .unwrap_or(p.sendreq_seen);
             let header = wire::encode(&Frame {
                 credit,
-                msg: Ctrl::Credit { m: p.sendreq_seen },
+                msg: Ctrl::Credit { m },
             });
             self.out.push_back(Output::Transmit {
                 to: from,
@@ -1048,11 +1062,13 @@ impl Engine {
             }
             Ctrl::CancelSend { i } => {
                 let seq = self.unexpected.find_send(from, i);
+                // A message read (or being read) into a staging buffer has completed
+                // its send already (get protocol, `Fin`): too late to cancel.
                 let ok = match seq {
                     Some(seq)
                         if !matches!(
                             self.unexpected.peek(seq).unwrap().data,
-                            UData::Staging(_)
+                            UData::Staging(_) | UData::Staged(_)
                         ) =>
                     {
                         self.unexpected.take(seq);

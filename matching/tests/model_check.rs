@@ -120,6 +120,22 @@ fn phase_c(c: Config, max_recvs: usize) -> Vec<Program> {
     out
 }
 
+/// Phase F: credit stalls with more sends than credits: ≤ 2 receives, ≤ 3 eager sends,
+/// one credit (receive requests wait in the outbox while credits and `m` flow back).
+fn phase_f(c: Config) -> Vec<Program> {
+    let mut out = vec![];
+    for r in seqs(&pats(false), 1, 2) {
+        for s in seqs(&[0, 1], 3, 3) {
+            let big = vec![false; s.len()];
+            out.push(Program::new(
+                vec![send_ops(&s, &big, false), recv_ops(&r)],
+                c,
+            ));
+        }
+    }
+    out
+}
+
 /// Phase D: cancels. The receiver cancels one of its ≤ 2 receives at some point, or
 /// the sender cancels one of its ≤ 2 sends.
 fn phase_d(c: Config) -> Vec<Program> {
@@ -265,6 +281,27 @@ fn exhaustive_default_bounds() {
             })),
         ),
         (
+            "F (3 sends, 1 credit)",
+            phase_f(cfg(|c| {
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "F (3 sends, 2 credits)",
+            phase_f(cfg(|c| {
+                c.credits = 2;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "F (3 sends, 2 credits, returned in pairs)",
+            phase_f(cfg(|c| {
+                c.credits = 2;
+                c.low_water = 2;
+            })),
+        ),
+        (
             "E (both directions, 1 credit)",
             phase_e(cfg(|c| {
                 c.credits = 1;
@@ -328,4 +365,144 @@ fn checker_catches_broken_rules() {
         let (prop, (_, ex)) = rep.failures.iter().next().unwrap();
         println!("mutation {m:?} caught by {prop}:\n{ex}\n");
     }
+}
+
+/// The windowed bandwidth pattern of osu_bw at small scale, too large to explore
+/// exhaustively, explored by random walks: rank 1 pre-posts a window of receives, rank
+/// 0 sends a window (sizes changing between windows), rank 1 acknowledges; tight
+/// credits so that receive requests, notices and credit returns queue up.
+#[test]
+fn random_walks_windowed_bandwidth() {
+    let mut progs = vec![];
+    for (credits, low_water) in [(1, 1), (2, 1), (2, 2), (3, 1), (4, 2)] {
+        for (w, rounds) in [(4, 3), (6, 3), (8, 2)] {
+            let mut r0 = vec![];
+            let mut r1 = vec![];
+            for round in 0..rounds {
+                let big = round % 2 == 1;
+                for _ in 0..w {
+                    r1.push(Op::Recv {
+                        src: Source::Rank(0),
+                        tag: TagSel::Tag(0),
+                    });
+                }
+                for _ in 0..w {
+                    r0.push(Op::Send {
+                        dst: 1,
+                        tag: 0,
+                        big,
+                        sync: false,
+                    });
+                }
+                r1.push(Op::Send {
+                    dst: 0,
+                    tag: 1,
+                    big: false,
+                    sync: false,
+                });
+                r0.push(Op::Recv {
+                    src: Source::Rank(1),
+                    tag: TagSel::Tag(1),
+                });
+            }
+            for inline in [0, SMALL] {
+                let c = cfg(|c| {
+                    c.credits = credits;
+                    c.low_water = low_water;
+                    c.inline_limit = inline;
+                });
+                progs.push(Program::new(vec![r0.clone(), r1.clone()], c));
+            }
+        }
+    }
+    let walks: u32 = std::env::var("RSMPI_MODEL_WALKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    for (i, p) in progs.iter().enumerate() {
+        if let Some(v) = random_walks(p, walks, 0x5eed + i as u64) {
+            panic!("random walk found a violation:\n{v}");
+        }
+    }
+    println!(
+        "random walks: {} programs x {walks} walks, no violation",
+        progs.len()
+    );
+}
+
+/// Random programs on 3 ranks (every rank sends and receives; wildcards, cancels,
+/// synchronous and rendezvous sends, tight credits, inline or one-sided direct
+/// writes), each explored by random walks.
+#[test]
+fn random_walks_random_programs() {
+    let mut seed: u64 = std::env::var("RSMPI_MODEL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x9e37_79b9_7f4a_7c15);
+    println!("random programs from seed {seed} (RSMPI_MODEL_SEED)");
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let programs: u64 = std::env::var("RSMPI_MODEL_PROGRAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    for i in 0..programs {
+        let mut ranks: Vec<Vec<Op>> = vec![vec![], vec![], vec![]];
+        let mut sends = 0;
+        for r in 0..3u32 {
+            let n = 2 + next(7) as usize;
+            let (mut nr, mut ns) = (0, 0);
+            for _ in 0..n {
+                let op = match next(10) {
+                    0..=4 => {
+                        let src = match next(4) {
+                            0 => Source::Any,
+                            _ => Source::Rank((r + 1 + next(2) as u32) % 3),
+                        };
+                        let tag = if next(3) == 0 {
+                            TagSel::Any
+                        } else {
+                            TagSel::Tag(next(2) as i32)
+                        };
+                        nr += 1;
+                        Op::Recv { src, tag }
+                    }
+                    5..=8 if sends < 30 => {
+                        sends += 1;
+                        ns += 1;
+                        Op::Send {
+                            dst: (r + 1 + next(2) as u32) % 3,
+                            tag: next(2) as i32,
+                            big: next(3) == 0,
+                            sync: next(5) == 0,
+                        }
+                    }
+                    _ if nr > 0 && next(2) == 0 => Op::CancelRecv(next(nr) as usize),
+                    _ if ns > 0 => Op::CancelSend(next(ns) as usize),
+                    _ => continue,
+                };
+                ranks[r as usize].push(op);
+            }
+        }
+        let credits = 1 + next(3) as u32;
+        let c = cfg(|c| {
+            c.credits = credits;
+            c.low_water = 1 + next(credits as u64) as u32;
+            c.inline_limit = if next(2) == 0 { 0 } else { SMALL };
+            c.protocol = match next(4) {
+                0 => RecvProtocol::Get,
+                1 => RecvProtocol::Sync,
+                _ => RecvProtocol::Eager,
+            };
+        });
+        let p = Program::new(ranks, c);
+        if let Some(v) = random_walks(&p, 200, 0xabcd + i) {
+            panic!("random walk found a violation (config {c:?}):\n{v}");
+        }
+    }
+    println!("random walks: {programs} random programs x 200 walks, no violation");
 }

@@ -367,10 +367,89 @@ impl State {
     }
 }
 
-/// Progresses until `key` completes; returns its result. Spins briefly, then yields
-/// the CPU between polls so that a peer on the same core can run.
+/// How a blocked call waits between polls: spin while a reply can come any moment, and
+/// give the CPU away only when waiting longer (or at once when the job has more ranks
+/// than the node has CPUs, so that a peer sharing this CPU can run).
+pub(crate) struct Backoff {
+    polls: u32,
+    since: Option<std::time::Instant>,
+}
+
+/// Spin this long before yielding when every rank has a CPU of its own.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+fn oversubscribed() -> bool {
+    static OVER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OVER.get_or_init(|| {
+        // CPUs of the node, not of this process's affinity mask (ranks may be pinned
+        // one per CPU, which is exactly when spinning is right)
+        let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .map(|s| online_cpus(s.trim()))
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let ranks = try_with(|s| s.engine.size() as usize).unwrap_or(1);
+        ranks > cpus
+    })
+}
+
+/// Counts the CPUs of a kernel CPU list such as `0-3,8,10-11`.
+fn online_cpus(list: &str) -> usize {
+    list.split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?),
+            None => r.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(super::online_cpus("0-1"), 2);
+        assert_eq!(super::online_cpus("0-3,8,10-11"), 7);
+        assert_eq!(super::online_cpus("0"), 1);
+        assert_eq!(super::online_cpus("junk"), 0);
+    }
+}
+
+impl Backoff {
+    pub fn new() -> Backoff {
+        Backoff {
+            polls: 0,
+            since: None,
+        }
+    }
+
+    /// Called after a poll that found nothing to do.
+    pub fn idle(&mut self) {
+        self.polls += 1;
+        if oversubscribed() {
+            if self.polls > 100 {
+                std::thread::yield_now();
+            }
+            return;
+        }
+        std::hint::spin_loop();
+        if self.polls % 64 == 0 {
+            let since = *self.since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() > SPIN {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Called after a poll that moved something.
+    pub fn busy(&mut self) {
+        self.polls = 0;
+        self.since = None;
+    }
+}
+
+/// Progresses until `key` completes; returns its result.
 pub(crate) fn wait(key: Key) -> Done {
-    let mut idle = 0u32;
+    let mut b = Backoff::new();
     loop {
         let (got, moved) = with(|s| {
             let moved = s.progress();
@@ -379,9 +458,10 @@ pub(crate) fn wait(key: Key) -> Done {
         if let Some(d) = got {
             return d;
         }
-        idle = if moved { 0 } else { idle + 1 };
-        if idle > 100 {
-            std::thread::yield_now();
+        if moved {
+            b.busy();
+        } else {
+            b.idle();
         }
     }
 }

@@ -164,16 +164,13 @@ pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> TestAny {
 /// `MPI_Waitany`: waits until one request completes; `None` when every entry is
 /// inactive (`MPI_UNDEFINED`).
 pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Status)> {
-    let mut idle = 0u32;
+    let mut backoff = progress::Backoff::new();
     loop {
         match test_any(reqs) {
             TestAny::Inactive => return None,
             TestAny::Completed(i, st) => return Some((i, st)),
             TestAny::Pending => {
-                idle += 1;
-                if idle > 100 {
-                    std::thread::yield_now();
-                }
+                backoff.idle();
             }
         }
     }
@@ -190,7 +187,7 @@ pub fn test_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
 /// inactive: then returns an empty vector at once).
 pub fn wait_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
-    let mut idle = 0u32;
+    let mut backoff = progress::Backoff::new();
     loop {
         if reqs.iter().all(Option::is_none) {
             return Vec::new();
@@ -199,10 +196,7 @@ pub fn wait_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
         if !got.is_empty() {
             return got;
         }
-        idle += 1;
-        if idle > 100 {
-            std::thread::yield_now();
-        }
+        backoff.idle();
     }
 }
 

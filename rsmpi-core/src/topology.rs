@@ -612,15 +612,12 @@ macro_rules! receive_methods {
         }
 
         fn probe_tagged(&self, tag: Option<Tag>) -> Result<Status> {
-            let mut idle = 0u32;
+            let mut backoff = progress::Backoff::new();
             loop {
                 if let Some(s) = self.iprobe_tagged(tag)? {
                     return Ok(s);
                 }
-                idle += 1;
-                if idle > 100 {
-                    std::thread::yield_now();
-                }
+                backoff.idle();
             }
         }
 
@@ -636,7 +633,7 @@ macro_rules! receive_methods {
                 ));
             };
             let ctx = self.comm.ctx;
-            let mut idle = 0u32;
+            let mut backoff = progress::Backoff::new();
             loop {
                 let got = progress::with(|s| {
                     s.progress();
@@ -652,10 +649,7 @@ macro_rules! receive_methods {
                     };
                     return Ok((Message { id: Some(id), ctx }, st));
                 }
-                idle += 1;
-                if idle > 100 {
-                    std::thread::yield_now();
-                }
+                backoff.idle();
             }
         }
 

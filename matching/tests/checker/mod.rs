@@ -896,7 +896,7 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
                     .map(|(g, _)| 1u32 << g)
                     .sum(),
             );
-            for (prop, text) in final_checks(p, &w, &o, &pure, pure_complete) {
+            for (prop, text) in final_checks(p, &w, &o, Some(&pure), pure_complete) {
                 if outs.insert(format!("{prop}{text}")) {
                     record(
                         &mut found,
@@ -983,7 +983,7 @@ fn final_checks(
     p: &Program,
     w: &World,
     o: &Outcome,
-    pure: &HashSet<Outcome>,
+    pure: Option<&HashSet<Outcome>>,
     pure_complete: bool,
 ) -> Vec<Viol> {
     let mut v = vec![];
@@ -1084,7 +1084,7 @@ fn final_checks(
         }
     }
     // P4
-    if !pure.contains(o) {
+    if pure.is_some_and(|pure| !pure.contains(o)) {
         v.push((
             "P4",
             format!(
@@ -1094,6 +1094,83 @@ fn final_checks(
         ));
     }
     v
+}
+
+/// Random walks through the interleavings of a program too large to explore
+/// exhaustively: every step and the end state are checked as in `check_program`,
+/// except the comparison with pure receiver-side matching (P4, liveness), whose
+/// reference explorer is exponential. Returns the first violation with its trace.
+pub fn random_walks(p: &Program, walks: u32, seed: u64) -> Option<String> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..walks {
+        let mut w = initial(p);
+        let mut path = vec![];
+        loop {
+            let acts = actions(p, &w);
+            if acts.is_empty() {
+                let o: Outcome = (
+                    w.rres.clone(),
+                    w.sres
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| **s == SRes::Cancelled)
+                        .map(|(g, _)| 1u32 << g)
+                        .sum(),
+                );
+                if let Some((prop, text)) = final_checks(p, &w, &o, None, false).into_iter().next()
+                {
+                    return Some(format!("{prop}: {text}\n  program: {}", p.describe()));
+                }
+                break;
+            }
+            let ai = (next() % acts.len() as u64) as usize;
+            let mut st = Step {
+                p,
+                w,
+                viol: vec![],
+                log: None,
+            };
+            st.apply(acts[ai]);
+            path.push(ai);
+            if let Some((prop, text)) = st.viol.first() {
+                let trace = render_path(p, &path);
+                return Some(format!(
+                    "{prop}: {text}\n  program: {}\n{trace}",
+                    p.describe()
+                ));
+            }
+            w = st.w;
+        }
+    }
+    None
+}
+
+fn render_path(p: &Program, path: &[usize]) -> String {
+    let mut w = initial(p);
+    let mut lines = vec![];
+    for (n, &ai) in path.iter().enumerate() {
+        let act = actions(p, &w)[ai];
+        let mut st = Step {
+            p,
+            w,
+            viol: vec![],
+            log: Some(vec![]),
+        };
+        st.apply(act);
+        lines.push(format!(
+            "  {:3}. {}",
+            n + 1,
+            st.log.take().unwrap().join("\n")
+        ));
+        w = st.w;
+    }
+    lines.join("\n")
 }
 
 /// Checks many programs; collects the first trace per property.

@@ -1,0 +1,191 @@
+/* The C reference of rsmpi-bench: the same methodology as benches/src/rank.rs
+ * (OSU micro-benchmarks' warm-up and iteration counts, window of 64, sizes 0 B to
+ * --max-size in powers of two), written against MPI so that Open MPI and MPICH can
+ * be measured in the same run. Each rank pins itself to one CPU, as rsmpi-bench's
+ * ranks do; receive windows use one buffer per outstanding receive, as the Rust side
+ * must.
+ *
+ *   bench_ref latency|bw|bibw|pingpong-preposted [--quick] [--min-size B] [--max-size B]
+ *
+ * Output (rank 0, stdout): one line per size, "size value..." where value is one-way
+ * latency in us (latency), MB/s (bw, bibw), or "plain preposted post" in us
+ * (pingpong-preposted). Lines starting with '#' are comments.
+ */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW 64
+#define LARGE 8192
+#define PREPOST_BYTES (64L << 20)
+#define BATCH_BYTES (8L << 20)
+
+static int quick = 0;
+
+static void lat_iters(long size, int *iters, int *skip) {
+    if (size > LARGE) { *iters = quick ? 100 : 1000; *skip = quick ? 2 : 10; }
+    else { *iters = quick ? 1000 : 10000; *skip = quick ? 10 : 100; }
+}
+
+static void bw_iters(long size, int *iters, int *skip) {
+    if (size > LARGE) { *iters = quick ? 5 : 20; *skip = quick ? 1 : 2; }
+    else { *iters = quick ? 20 : 100; *skip = quick ? 2 : 10; }
+}
+
+static long prepost_count(long size) {
+    int iters, skip;
+    lat_iters(size, &iters, &skip);
+    long cap = size == 0 ? iters : PREPOST_BYTES / size;
+    long n = iters;
+    long lim = quick ? 500 : 2000;
+    if (n > lim) n = lim;
+    if (n > cap) n = cap;
+    if (n < 8) n = 8;
+    return n;
+}
+
+static void pin(int rank, int nranks) {
+    cpu_set_t set, one;
+    int cpus[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) cpus[n++] = c;
+    if (n == 0 || nranks > n) return;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[rank % n], &one);
+    sched_setaffinity(0, sizeof one, &one);
+}
+
+static double pingpong(int me, char *sbuf, char *rbuf, long size, int iters, int skip, int tag) {
+    int peer = 1 - me;
+    double t0 = 0;
+    for (int i = 0; i < iters + skip; i++) {
+        if (i == skip) t0 = MPI_Wtime();
+        if (me == 0) {
+            MPI_Send(sbuf, (int)size, MPI_CHAR, peer, tag, MPI_COMM_WORLD);
+            MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(rbuf, (int)size, MPI_CHAR, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(sbuf, (int)size, MPI_CHAR, peer, tag, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+}
+
+/* Pre-posted ping-pong of n round trips, receives posted in batches whose buffers
+ * take at most BATCH_BYTES (all n at once for small messages), a barrier after each
+ * posting, outside the timing: as preposted_loop in benches/src/rank.rs. */
+static void preposted_loop(int me, long size, long n, double *lat, double *post) {
+    int peer = 1 - me;
+    long k = size > 0 ? BATCH_BYTES / size : n;
+    if (k > n) k = n;
+    if (k < 2) k = 2;
+    char *sbuf = malloc(size ? size : 1);
+    char *bufs = malloc(size > 0 ? size * k : 1);
+    MPI_Request *reqs = malloc(sizeof(MPI_Request) * k);
+    memset(sbuf, 'p', size);
+    double t_loop = 0, t_post = 0;
+    for (long done = 0; done < n;) {
+        long m = n - done < k ? n - done : k;
+        memset(bufs, 0xff, size * k); /* every page mapped before the timing */
+        double t0 = MPI_Wtime();
+        for (long i = 0; i < m; i++)
+            MPI_Irecv(bufs + i * size, (int)size, MPI_CHAR, peer, 2, MPI_COMM_WORLD, &reqs[i]);
+        t_post += MPI_Wtime() - t0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t1 = MPI_Wtime();
+        for (long i = 0; i < m; i++) {
+            if (me == 0) {
+                MPI_Send(sbuf, (int)size, MPI_CHAR, peer, 2, MPI_COMM_WORLD);
+                MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
+            } else {
+                MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
+                MPI_Send(sbuf, (int)size, MPI_CHAR, peer, 2, MPI_COMM_WORLD);
+            }
+        }
+        t_loop += MPI_Wtime() - t1;
+        done += m;
+    }
+    *lat = t_loop * 1e6 / (2.0 * n);
+    *post = t_post * 1e6 / n;
+    free(sbuf);
+    free(bufs);
+    free(reqs);
+}
+
+int main(int argc, char **argv) {
+    const char *bench = argc > 1 ? argv[1] : "latency";
+    long min = 0, max = 4L << 20;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--min-size") && i + 1 < argc) min = atol(argv[++i]);
+    }
+    MPI_Init(&argc, &argv);
+    int me, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (n != 2) {
+        if (me == 0) fprintf(stderr, "bench_ref needs exactly 2 ranks\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    pin(me, n);
+    int peer = 1 - me;
+    if (me == 0) printf("# bench_ref %s\n", bench);
+    for (long size = 0; size <= max; size = size ? size * 2 : 1) {
+        if (size < min) continue;
+        char *sbuf = malloc(size ? size : 1);
+        char *rbuf = malloc(size > 0 ? size * WINDOW : 1);
+        memset(sbuf, 'a', size);
+        int iters, skip;
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (!strcmp(bench, "latency")) {
+            lat_iters(size, &iters, &skip);
+            double lat = pingpong(me, sbuf, rbuf, size, iters, skip, 1);
+            if (me == 0) printf("%ld %.4f\n", size, lat);
+        } else if (!strcmp(bench, "bw") || !strcmp(bench, "bibw")) {
+            int bidir = !strcmp(bench, "bibw");
+            MPI_Request reqs[2 * WINDOW];
+            char ack[4] = {0};
+            bw_iters(size, &iters, &skip);
+            double t0 = 0;
+            for (int i = 0; i < iters + skip; i++) {
+                if (i == skip) t0 = MPI_Wtime();
+                int k = 0;
+                if (bidir || me == 1)
+                    for (int w = 0; w < WINDOW; w++)
+                        MPI_Irecv(rbuf + (long)w * size, (int)size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k++]);
+                if (bidir || me == 0)
+                    for (int w = 0; w < WINDOW; w++)
+                        MPI_Isend(sbuf, (int)size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[k++]);
+                MPI_Waitall(k, reqs, MPI_STATUSES_IGNORE);
+                if (!bidir) {
+                    if (me == 0) MPI_Recv(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    else MPI_Send(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD);
+                }
+            }
+            double t = MPI_Wtime() - t0;
+            double bytes = (double)size * WINDOW * iters * (bidir ? 2 : 1);
+            if (me == 0) printf("%ld %.2f\n", size, bytes / t / 1e6);
+        } else if (!strcmp(bench, "pingpong-preposted")) {
+            lat_iters(size, &iters, &skip);
+            double plain = pingpong(me, sbuf, rbuf, size, iters, skip, 1);
+            long np = prepost_count(size);
+            double lat, post;
+            preposted_loop(me, size, skip > 2 ? skip : 2, &lat, &post); /* warm-up */
+            preposted_loop(me, size, np, &lat, &post);
+            if (me == 0) printf("%ld %.4f %.4f %.4f\n", size, plain, lat, post);
+        } else {
+            if (me == 0) fprintf(stderr, "bench_ref: unknown benchmark %s\n", bench);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        fflush(stdout);
+        free(sbuf);
+        free(rbuf);
+    }
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,244 @@
+//! `--compare`: builds the C reference (benches/reference/bench_ref.c) with Debian's
+//! Open MPI and MPICH and runs it with the same methodology.
+
+use crate::report::Row;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SOURCE: &str = include_str!("../reference/bench_ref.c");
+
+/// Benchmarks the C reference implements.
+pub const COMPARABLE: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"];
+
+/// A built reference: how to launch it.
+pub struct Reference {
+    /// `openmpi-vader`, `openmpi-ucx`, `mpich`.
+    pub name: &'static str,
+    launcher: &'static str,
+    launch_args: Vec<&'static str>,
+    env: Vec<(&'static str, &'static str)>,
+    exe: PathBuf,
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd} >/dev/null 2>&1"))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The install hint printed when the MPI packages are missing.
+pub fn install_hint() -> String {
+    "rsmpi-bench --compare needs Debian's Open MPI and MPICH (mpicc.openmpi, mpicc.mpich).\n\
+     Install them with:\n    sh benches/reference/install.sh\n\
+     or: apt-get install -y openmpi-bin libopenmpi-dev mpich libmpich-dev"
+        .to_string()
+}
+
+/// Checks the packages, writes the C source into `dir`, compiles it with both
+/// `mpicc`s and returns the references to run (Open MPI over ob1/vader, Open MPI over
+/// UCX when its PML is present, MPICH with its default).
+pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
+    let missing: Vec<&str> = [
+        "mpicc.openmpi",
+        "mpirun.openmpi",
+        "mpicc.mpich",
+        "mpiexec.mpich",
+    ]
+    .into_iter()
+    .filter(|c| !have(c))
+    .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing: {}\n{}",
+            missing.join(", "),
+            install_hint()
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let src = dir.join("bench_ref.c");
+    std::fs::write(&src, SOURCE).map_err(|e| format!("{}: {e}", src.display()))?;
+    let compile = |cc: &str, out: &Path| -> Result<(), String> {
+        let o = Command::new(cc)
+            .arg("-O2")
+            .arg("-o")
+            .arg(out)
+            .arg(&src)
+            .output()
+            .map_err(|e| format!("{cc}: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cc} failed:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+    };
+    let ompi = dir.join("bench_ref_openmpi");
+    let mpich = dir.join("bench_ref_mpich");
+    compile("mpicc.openmpi", &ompi)?;
+    compile("mpicc.mpich", &mpich)?;
+    let root_env = vec![
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ];
+    let mut refs = vec![Reference {
+        name: "openmpi-vader",
+        launcher: "mpirun.openmpi",
+        launch_args: vec![
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "--mca",
+            "pml",
+            "ob1",
+            "--mca",
+            "btl",
+            "self,vader",
+        ],
+        env: root_env.clone(),
+        exe: ompi.clone(),
+    }];
+    let ucx = Reference {
+        name: "openmpi-ucx",
+        launcher: "mpirun.openmpi",
+        launch_args: vec![
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "--mca",
+            "pml",
+            "ucx",
+            "--mca",
+            "pml_ucx_tls",
+            "any",
+            "--mca",
+            "pml_ucx_devices",
+            "any",
+        ],
+        env: root_env,
+        exe: ompi,
+    };
+    // UCX only if Open MPI was built with it and it runs here
+    if ucx.run("latency", &["--quick", "--max-size", "0"]).is_ok() {
+        refs.push(ucx);
+    } else {
+        eprintln!("rsmpi-bench: Open MPI's UCX PML does not run here; comparing without it");
+    }
+    refs.push(Reference {
+        name: "mpich",
+        launcher: "mpiexec.mpich",
+        launch_args: vec!["-n", "2"],
+        env: vec![],
+        exe: mpich,
+    });
+    Ok(refs)
+}
+
+impl Reference {
+    /// Runs one benchmark; returns the output's data lines split into numbers.
+    fn run(&self, bench: &str, args: &[&str]) -> Result<Vec<Vec<f64>>, String> {
+        let mut cmd = Command::new(self.launcher);
+        cmd.args(&self.launch_args)
+            .arg(&self.exe)
+            .arg(bench)
+            .args(args);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        // the reference must not think it runs inside an rsmpi job
+        for k in [
+            "RSMPI_RANK",
+            "RSMPI_SIZE",
+            "RSMPI_KVS",
+            "RSMPI_SECRET",
+            "RSMPI_JOB_ID",
+        ] {
+            cmd.env_remove(k);
+        }
+        let o = cmd
+            .output()
+            .map_err(|e| format!("{}: {e}", self.launcher))?;
+        if !o.status.success() {
+            return Err(format!(
+                "{} {bench} failed ({}):\n{}",
+                self.name,
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+        }
+        let out = String::from_utf8_lossy(&o.stdout);
+        Ok(out
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .map(|x| x.parse::<f64>().ok())
+                    .collect::<Option<Vec<f64>>>()
+            })
+            .collect())
+    }
+
+    /// Runs `bench` and converts its output to rows.
+    pub fn rows(
+        &self,
+        bench: &str,
+        quick: bool,
+        min: usize,
+        max: usize,
+    ) -> Result<Vec<Row>, String> {
+        let (min_s, max_s) = (min.to_string(), max.to_string());
+        let mut args = vec!["--min-size", &min_s, "--max-size", &max_s];
+        if quick {
+            args.push("--quick");
+        }
+        let lines = self.run(bench, &args)?;
+        let mut rows = Vec::new();
+        for l in lines {
+            let size = l[0] as u64;
+            let mut push = |metric: &str, value: f64, unit: &str, iterations: usize| {
+                rows.push(Row {
+                    benchmark: bench.into(),
+                    implementation: self.name.into(),
+                    transport: "shm".into(),
+                    matching: "-".into(),
+                    protocol: "-".into(),
+                    metric: metric.into(),
+                    size,
+                    value,
+                    unit: unit.into(),
+                    iterations: iterations as u64,
+                })
+            };
+            let s = size as usize;
+            match bench {
+                "latency" if l.len() >= 2 => {
+                    push("", l[1], "us", crate::rank::lat_iters(s, quick).0)
+                }
+                "bw" | "bibw" if l.len() >= 2 => push(
+                    "",
+                    l[1],
+                    "MB/s",
+                    crate::rank::bw_iters(s, quick).0 * crate::rank::WINDOW,
+                ),
+                "pingpong-preposted" if l.len() >= 4 => {
+                    let n = crate::rank::prepost_count(s, quick);
+                    push("plain", l[1], "us", crate::rank::lat_iters(s, quick).0);
+                    push("preposted", l[2], "us", n);
+                    push("post", l[3], "us", n);
+                    push("preposted+post", l[2] + l[3], "us", n);
+                }
+                _ => {}
+            }
+        }
+        Ok(rows)
+    }
+}

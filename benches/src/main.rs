@@ -1,0 +1,398 @@
+//! `rsmpi-bench`: the rsmpi benchmark suite.
+//!
+//! ```text
+//! rsmpi-bench [BENCH] [--quick] [--json FILE] [--plot FILE.png] [--compare]
+//!             [--min-size B] [--max-size B] [--runs N] [--pairs N]
+//! BENCH: latency | bw | bibw | pingpong-preposted | table1 | queue-depth | mbw_mr |
+//!        multi_lat | overlap | limits | all   (no BENCH: `all --quick`)
+//! ```
+//!
+//! Started directly, it is the driver: it starts every measurement as its own job of
+//! ranks of itself (through rsmpirun's library), collects the rows, runs the C
+//! references for `--compare`, and prints OSU-style tables. Started inside a job
+//! (`rsmpirun -n 2 rsmpi-bench latency`), it runs the benchmark as it is and rank 0
+//! prints the table.
+
+mod compare;
+mod limits;
+mod plot;
+mod rank;
+mod report;
+
+use clap::Parser;
+use report::Row;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Jobs that failed and were retried.
+static FAILURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Where the driver tells a job's rank 0 to write its rows (JSON lines).
+const ENV_OUT: &str = "RSMPI_BENCH_OUT";
+
+const ALL: [&str; 10] = [
+    "latency",
+    "bw",
+    "bibw",
+    "pingpong-preposted",
+    "table1",
+    "queue-depth",
+    "mbw_mr",
+    "multi_lat",
+    "overlap",
+    "limits",
+];
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "rsmpi-bench",
+    about = "rsmpi benchmark suite (OSU methodology, MPI-EMX experiments, limits)"
+)]
+struct Cli {
+    /// latency | bw | bibw | pingpong-preposted | table1 | queue-depth | mbw_mr |
+    /// multi_lat | overlap | limits | all. Without it: `all --quick`.
+    bench: Option<String>,
+    /// Fewer iterations (a tenth of OSU's counts, or fewer for large messages).
+    #[arg(long)]
+    quick: bool,
+    /// Write every row as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Draw latency and bandwidth against message size to FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Also build and run the C reference with Open MPI and MPICH, and print
+    /// rsmpi/best-reference ratios.
+    #[arg(long)]
+    compare: bool,
+    /// Smallest message size in bytes.
+    #[arg(long, default_value_t = 0)]
+    min_size: usize,
+    /// Largest message size in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_size: usize,
+    /// Run every measurement N times (each its own job) and report medians.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Pairs of ranks for mbw_mr and multi_lat (default: one pair per two CPUs).
+    #[arg(long)]
+    pairs: Option<usize>,
+    /// mbw_mr: put the barrier after the warm-up windows, where osu_mbw_mr has it.
+    /// Reproduces an rsmpi engine bug (a protocol error within a few runs).
+    #[arg(long, hide = true)]
+    mid_barrier: bool,
+    /// Seconds after which one job is killed.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+impl Cli {
+    fn opts(&self) -> rank::Opts {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        rank::Opts {
+            quick: self.quick,
+            min_size: self.min_size,
+            max_size: self.max_size,
+            pairs: self.pairs.unwrap_or((cpus / 2).max(1)),
+            mid_barrier: self.mid_barrier,
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__limits-child") {
+        let path = args.get(2).expect("path");
+        if let Err(e) = limits::child(std::path::Path::new(path)) {
+            eprintln!("rsmpi-bench: limits child: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("__plot") && args.len() == 4 {
+        // redraw a plot from a --json file: rsmpi-bench __plot ROWS.json OUT.svg
+        let text = std::fs::read_to_string(&args[2]).expect("rows");
+        let rows: Vec<Row> = serde_json::from_str(&text).expect("rows");
+        if let Err(e) = plot::draw(std::path::Path::new(&args[3]), &rows) {
+            eprintln!("rsmpi-bench: plot: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let mut cli = Cli::parse();
+    if cli.bench.is_none() {
+        cli.bench = Some("all".into());
+        cli.quick = true;
+    }
+    if std::env::var_os(launcher::ENV_RANK).is_some() {
+        in_job(&cli);
+    } else {
+        std::process::exit(driver(&cli));
+    }
+}
+
+/// Inside a job: run the benchmark; rank 0 hands the rows to the driver or prints them.
+fn in_job(cli: &Cli) {
+    let universe = rsmpi::initialize().expect("MPI init");
+    let bench = cli.bench.clone().unwrap_or_default();
+    let opts = cli.opts();
+    let list: Vec<&str> = match bench.as_str() {
+        // under a foreign rsmpirun: everything that runs in one job
+        "all" => ALL
+            .iter()
+            .copied()
+            .filter(|b| !matches!(*b, "limits" | "table1"))
+            .chain(["table1-cell"])
+            .collect(),
+        "table1" => vec!["table1-cell"],
+        b => vec![b],
+    };
+    let mut rows = Vec::new();
+    for b in list {
+        rows.extend(rank::run(&universe, b, &opts));
+    }
+    if universe.world().rank() == 0 {
+        if let Some(out) = std::env::var_os(ENV_OUT) {
+            let text: String = rows
+                .iter()
+                .map(|r| serde_json::to_string(r).expect("row") + "\n")
+                .collect();
+            std::fs::write(out, text).expect("writing rows");
+        } else {
+            report::print_tables(&rows, &mut std::io::stdout()).expect("stdout");
+            if let Some(p) = &cli.json {
+                report::write_json(p, &rows).expect("writing json");
+            }
+        }
+    }
+}
+
+/// Runs `bench` as a job of `ranks` ranks of this program with `env`; returns rank 0's rows.
+fn job(
+    cli: &Cli,
+    bench: &str,
+    ranks: u32,
+    env: &[(&str, &str)],
+    min: usize,
+    max: usize,
+) -> Result<Vec<Row>, String> {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("rsmpi-bench-{}-{n}.jsonl", std::process::id()));
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut args = vec![
+        bench.to_string(),
+        "--min-size".into(),
+        min.to_string(),
+        "--max-size".into(),
+        max.to_string(),
+        "--pairs".into(),
+        cli.opts().pairs.to_string(),
+    ];
+    if cli.quick {
+        args.push("--quick".into());
+    }
+    if cli.mid_barrier {
+        args.push("--mid-barrier".into());
+    }
+    let mut j = launcher::Job::new(ranks, exe, args);
+    j.timeout = Some(Duration::from_secs(cli.timeout));
+    j.env = env
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+    j.env.push((ENV_OUT.into(), out.clone().into()));
+    let code = launcher::run(&j).map_err(|e| format!("{bench}: cannot launch: {e}"))?;
+    let rows = report::read_lines(&out);
+    let _ = std::fs::remove_file(&out);
+    if matches!(code, 129 | 130 | 143) {
+        // the launcher caught SIGHUP, SIGINT or SIGTERM (and ended the job): stop here
+        eprintln!("rsmpi-bench: interrupted");
+        std::process::exit(code);
+    }
+    if code != 0 {
+        return Err(format!("{bench}: the job failed with status {code}"));
+    }
+    rows.map_err(|e| format!("{bench}: reading the rows: {e}"))
+}
+
+/// `runs` jobs of the same measurement, reduced to medians.
+fn jobs(
+    cli: &Cli,
+    bench: &str,
+    ranks: u32,
+    env: &[(&str, &str)],
+    min: usize,
+    max: usize,
+) -> Result<Vec<Row>, String> {
+    let mut all = Vec::new();
+    for _ in 0..cli.runs.max(1) {
+        // a failed job is retried (twice at most) so that one failure does not lose
+        // the figure; every failure is reported on stderr and counted in the summary
+        let mut tries = 0;
+        loop {
+            match job(cli, bench, ranks, env, min, max) {
+                Ok(rows) => {
+                    all.extend(rows);
+                    break;
+                }
+                Err(e) if tries < 2 => {
+                    eprintln!("rsmpi-bench: {e}; retrying");
+                    FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(report::median_of_runs(all))
+}
+
+/// The measurements of one benchmark on rsmpi.
+fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
+    let (min, max) = (cli.min_size, cli.max_size);
+    match bench {
+        "table1" => {
+            let mut rows = Vec::new();
+            for m in ["both", "receiver"] {
+                for p in ["eager", "get", "sync"] {
+                    rows.extend(jobs(
+                        cli,
+                        "table1-cell",
+                        2,
+                        &[("RSMPI_MATCHING", m), ("RSMPI_PROTOCOL", p)],
+                        4,
+                        4,
+                    )?);
+                }
+            }
+            Ok(rows)
+        }
+        "queue-depth" => {
+            let mut rows = Vec::new();
+            for m in ["both", "receiver"] {
+                rows.extend(jobs(cli, bench, 2, &[("RSMPI_MATCHING", m)], min, max)?);
+            }
+            Ok(rows)
+        }
+        "mbw_mr" | "multi_lat" => jobs(cli, bench, 2 * cli.opts().pairs as u32, &[], min, max),
+        "limits" => {
+            let mut rows = Vec::new();
+            for _ in 0..cli.runs.max(1) {
+                rows.extend(limits::measure().map_err(|e| format!("limits: {e}"))?);
+            }
+            Ok(report::median_of_runs(rows))
+        }
+        _ => jobs(cli, bench, 2, &[], min, max),
+    }
+}
+
+fn driver(cli: &Cli) -> i32 {
+    let bench = cli.bench.clone().unwrap_or_default();
+    let list: Vec<&str> = if bench == "all" {
+        ALL.to_vec()
+    } else {
+        vec![bench.as_str()]
+    };
+    if let Some(b) = list.iter().find(|b| !ALL.contains(b)) {
+        eprintln!(
+            "rsmpi-bench: unknown benchmark {b:?}; expected one of {} or all",
+            ALL.join(", ")
+        );
+        return 2;
+    }
+    let refs = if cli.compare {
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(|p| p.join("rsmpi-bench-reference")))
+            .unwrap_or_else(|| std::env::temp_dir().join("rsmpi-bench-reference"));
+        match compare::build(&dir) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("rsmpi-bench: {e}");
+                return 3;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "# rsmpi-bench {bench}{}: sizes {}..{} B, {} run(s) per figure (median), load average at start: {}",
+        if cli.quick { " (quick)" } else { "" },
+        cli.min_size,
+        cli.max_size,
+        cli.runs.max(1),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    println!();
+    let mut all_rows: Vec<Row> = Vec::new();
+    let mut failed = false;
+    for b in list {
+        let mut rows = match rsmpi_rows(cli, b) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("rsmpi-bench: {e}");
+                failed = true;
+                continue;
+            }
+        };
+        if b == "limits" {
+            // rsmpi's side of the ratios: from this run, or measured now
+            let mut have = all_rows.clone();
+            if !have.iter().any(|r| r.benchmark == "latency") {
+                let q = Cli {
+                    quick: true,
+                    ..cli.clone()
+                };
+                have.extend(jobs(&q, "latency", 2, &[], 0, 8).unwrap_or_default());
+            }
+            if !have
+                .iter()
+                .any(|r| r.benchmark == "bw" && r.size == 4 << 20)
+            {
+                let q = Cli {
+                    quick: true,
+                    ..cli.clone()
+                };
+                have.extend(jobs(&q, "bw", 2, &[], 1 << 20, 4 << 20).unwrap_or_default());
+                have.extend(jobs(&q, "bibw", 2, &[], 1 << 20, 4 << 20).unwrap_or_default());
+            }
+            have.extend(rows.iter().cloned());
+            rows.extend(limits::ratios(&have));
+        }
+        if compare::COMPARABLE.contains(&b) {
+            for r in &refs {
+                for _ in 0..cli.runs.max(1) {
+                    match r.rows(b, cli.quick, cli.min_size, cli.max_size) {
+                        Ok(x) => rows.extend(x),
+                        Err(e) => {
+                            eprintln!("rsmpi-bench: {e}");
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            rows = report::median_of_runs(rows);
+        }
+        report::print_tables(&rows, &mut std::io::stdout()).expect("stdout");
+        all_rows.extend(rows);
+    }
+    let retried = FAILURES.load(std::sync::atomic::Ordering::Relaxed);
+    if retried > 0 {
+        println!("# {retried} rsmpi job(s) failed and were run again: see stderr for the errors");
+    }
+    if let Some(p) = &cli.json {
+        if let Err(e) = report::write_json(p, &all_rows) {
+            eprintln!("rsmpi-bench: {}: {e}", p.display());
+            failed = true;
+        }
+    }
+    if let Some(p) = &cli.plot {
+        if let Err(e) = plot::draw(p, &all_rows) {
+            eprintln!("rsmpi-bench: plot {}: {e}", p.display());
+            failed = true;
+        }
+    }
+    i32::from(failed)
+}

@@ -1,0 +1,366 @@
+//! Result rows, OSU-style text tables, JSON output and the ratio columns.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// One measured figure.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    /// `latency`, `bw`, `bibw`, `pingpong-preposted`, `table1`, ...
+    pub benchmark: String,
+    /// `rsmpi`, `openmpi-vader`, `openmpi-ucx`, `mpich`, `hardware`.
+    pub implementation: String,
+    /// `shm` for every MPI run here.
+    pub transport: String,
+    /// rsmpi's `RSMPI_MATCHING` (`both`, `receiver`); `-` for the references.
+    pub matching: String,
+    /// rsmpi's `RSMPI_PROTOCOL` (`eager`, `get`, `sync`); `-` for the references.
+    pub protocol: String,
+    /// What the value is, when a benchmark reports several (`plain`, `preposted`, ...).
+    pub metric: String,
+    /// Message size in bytes (for `queue-depth`: the number of posted receives).
+    pub size: u64,
+    pub value: f64,
+    /// `us`, `MB/s`, `msg/s`, `%`, `GB/s`, `x`.
+    pub unit: String,
+    /// Timed iterations behind the value.
+    pub iterations: u64,
+}
+
+/// Whether a larger value is better for this unit.
+pub fn higher_is_better(unit: &str) -> bool {
+    matches!(unit, "MB/s" | "GB/s" | "msg/s" | "%")
+}
+
+/// Rows of many runs of the same thing, reduced to the median per
+/// (benchmark, implementation, matching, protocol, metric, size).
+pub fn median_of_runs(rows: Vec<Row>) -> Vec<Row> {
+    let mut groups: Vec<(Row, Vec<f64>)> = Vec::new();
+    for r in rows {
+        match groups.iter_mut().find(|(g, _)| same_cell(g, &r)) {
+            Some((_, v)) => v.push(r.value),
+            None => {
+                let v = vec![r.value];
+                groups.push((r, v));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(mut r, mut v)| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            let n = v.len();
+            r.value = if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            };
+            r
+        })
+        .collect()
+}
+
+fn same_cell(a: &Row, b: &Row) -> bool {
+    a.benchmark == b.benchmark
+        && a.implementation == b.implementation
+        && a.matching == b.matching
+        && a.protocol == b.protocol
+        && a.metric == b.metric
+        && a.unit == b.unit
+        && a.size == b.size
+}
+
+/// The column a row belongs to in its benchmark's table.
+fn column(r: &Row) -> String {
+    let mut parts = vec![r.implementation.clone()];
+    if r.benchmark == "queue-depth" && r.matching != "-" {
+        parts.push(r.matching.clone());
+    }
+    if !r.metric.is_empty() {
+        parts.push(r.metric.clone());
+    }
+    format!("{} ({})", parts.join(" "), r.unit)
+}
+
+/// Prints one OSU-style table per benchmark present in `rows` (in first-seen order).
+/// Where a metric has both an rsmpi column and reference columns, a column
+/// `rsmpi/best` follows: rsmpi divided by the best reference (lowest time, highest
+/// bandwidth).
+pub fn print_tables(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+    let mut benches: Vec<&str> = Vec::new();
+    for r in rows {
+        if !benches.contains(&r.benchmark.as_str()) {
+            benches.push(&r.benchmark);
+        }
+    }
+    for b in benches {
+        let rs: Vec<&Row> = rows.iter().filter(|r| r.benchmark == b).collect();
+        if b == "table1" {
+            print_table1(&rs, out)?;
+        } else if b == "limits" {
+            print_limits(&rs, out)?;
+        } else {
+            print_by_size(b, &rs, out)?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn title(b: &str) -> &'static str {
+    match b {
+        "latency" => "Latency Test: blocking ping-pong, one-way time",
+        "bw" => "Bandwidth Test: window of 64 non-blocking sends, one ack per window",
+        "bibw" => "Bi-Directional Bandwidth Test: window of 64 each way",
+        "pingpong-preposted" => {
+            "Pre-posted Ping-Pong (MPI-EMX Fig. 9) next to the plain one (Fig. 8), one-way time"
+        }
+        "queue-depth" => {
+            "Queue Depth: 4-byte ping-pong with N non-matching receives posted (size column = N)"
+        }
+        "mbw_mr" => "Multiple Bandwidth / Message Rate Test",
+        "multi_lat" => "Multi-pair Latency Test, one-way time averaged over pairs",
+        "overlap" => "Overlap (Sandia SMB post-work-wait): CPU availability while a message moves",
+        _ => "",
+    }
+}
+
+fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
+    let mut cols: Vec<String> = Vec::new();
+    for r in rs {
+        let c = column(r);
+        if !cols.contains(&c) {
+            cols.push(c);
+        }
+    }
+    // ratio columns: for every rsmpi column whose metric also has reference columns
+    let mut ratios: Vec<(String, String, bool)> = Vec::new(); // (rsmpi col, metric, higher better)
+                                                              // (the derived metrics `post` and `preposted+post` get no ratio column)
+    for r in rs.iter().filter(|r| {
+        r.implementation == "rsmpi" && matches!(r.metric.as_str(), "" | "plain" | "preposted")
+    }) {
+        let has_ref = rs
+            .iter()
+            .any(|x| x.implementation != "rsmpi" && x.metric == r.metric && x.unit == r.unit);
+        let c = column(r);
+        if has_ref && !ratios.iter().any(|(rc, _, _)| *rc == c) {
+            ratios.push((c, r.metric.clone(), higher_is_better(&r.unit)));
+        }
+    }
+    let mut table: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
+    for r in rs {
+        table.entry(r.size).or_default().insert(column(r), r.value);
+    }
+    writeln!(out, "# rsmpi-bench {b}: {}", title(b))?;
+    let w = |c: &str| c.len().max(12);
+    let size_label = if b == "queue-depth" { "# N" } else { "# Size" };
+    write!(out, "{size_label:<10}")?;
+    for c in &cols {
+        write!(out, " {:>w$}", c, w = w(c))?;
+    }
+    for (_, m, hb) in &ratios {
+        let label = if m.is_empty() {
+            "rsmpi/best".to_string()
+        } else {
+            format!("rsmpi/best {m}")
+        };
+        let label = if *hb {
+            format!("{label} (>1 better)")
+        } else {
+            format!("{label} (<1 better)")
+        };
+        write!(out, " {label:>12}")?;
+    }
+    writeln!(out)?;
+    for (size, vals) in &table {
+        write!(out, "{size:<10}")?;
+        for c in &cols {
+            match vals.get(c) {
+                Some(v) => write!(out, " {:>w$}", fmt_val(*v), w = w(c))?,
+                None => write!(out, " {:>w$}", "-", w = w(c))?,
+            }
+        }
+        for (rc, m, hb) in &ratios {
+            let label_w = if m.is_empty() { 10 } else { 11 + m.len() } + 12;
+            let best = rs
+                .iter()
+                .filter(|x| x.size == *size && x.implementation != "rsmpi" && x.metric == *m)
+                .map(|x| x.value)
+                .fold(None, |acc: Option<f64>, v| {
+                    Some(acc.map_or(v, |a| if *hb { a.max(v) } else { a.min(v) }))
+                });
+            match (vals.get(rc), best) {
+                (Some(v), Some(bv)) if bv > 0.0 => write!(out, " {:>label_w$.2}", v / bv)?,
+                _ => write!(out, " {:>label_w$}", "-")?,
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+fn fmt_val(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{v:.0}")
+    } else if v >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn print_table1(rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "# rsmpi-bench table1: MPI-EMX Table 1 on rsmpi, one-way 4-byte latency (us)"
+    )?;
+    writeln!(
+        out,
+        "{:<10} {:<9} {:>10} {:>12} {:>16}",
+        "# matching", "protocol", "plain", "pre-posted", "post cost/recv"
+    )?;
+    let mut cells: Vec<(String, String)> = Vec::new();
+    for r in rs {
+        let k = (r.matching.clone(), r.protocol.clone());
+        if !cells.contains(&k) {
+            cells.push(k);
+        }
+    }
+    for (m, p) in cells {
+        let get = |metric: &str| {
+            rs.iter()
+                .find(|r| r.matching == m && r.protocol == p && r.metric == metric)
+                .map_or("-".to_string(), |r| format!("{:.3}", r.value))
+        };
+        writeln!(
+            out,
+            "{m:<10} {p:<9} {:>10} {:>12} {:>16}",
+            get("plain"),
+            get("preposted"),
+            get("post")
+        )?;
+    }
+    Ok(())
+}
+
+fn print_limits(rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "# rsmpi-bench limits: this machine's physical limits, and rsmpi as ratios of them"
+    )?;
+    for r in rs {
+        let what = match r.metric.as_str() {
+            "cacheline-oneway" => "two-process cache-line ping-pong, one-way".to_string(),
+            "memcpy" => format!("memcpy {} bandwidth", human(r.size)),
+            "rsmpi-latency-ratio" => {
+                format!("rsmpi {} latency / cache-line one-way", human(r.size))
+            }
+            "rsmpi-bw-ratio" => format!("rsmpi bw {} / memcpy {}", human(r.size), human(r.size)),
+            "rsmpi-bibw-ratio" => {
+                format!("rsmpi bibw {} / memcpy {}", human(r.size), human(r.size))
+            }
+            m => m.to_string(),
+        };
+        writeln!(out, "{what:<52} {:>10.3} {}", r.value, r.unit)?;
+    }
+    Ok(())
+}
+
+/// `4096` → `4 KiB`.
+pub fn human(b: u64) -> String {
+    if b >= 1 << 20 && b.trailing_zeros() >= 20 {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1024 && b.trailing_zeros() >= 10 {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Writes every row as one JSON array.
+pub fn write_json(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
+    let s = serde_json::to_string_pretty(rows).map_err(std::io::Error::other)?;
+    std::fs::write(path, s + "\n")
+}
+
+/// Reads the JSON-lines file a job's rank 0 wrote.
+pub fn read_lines(path: &std::path::Path) -> std::io::Result<Vec<Row>> {
+    let s = std::fs::read_to_string(path)?;
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(std::io::Error::other))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(imp: &str, size: u64, value: f64, unit: &str) -> Row {
+        Row {
+            benchmark: "latency".into(),
+            implementation: imp.into(),
+            transport: "shm".into(),
+            matching: "-".into(),
+            protocol: "-".into(),
+            metric: String::new(),
+            size,
+            value,
+            unit: unit.into(),
+            iterations: 1,
+        }
+    }
+
+    #[test]
+    fn median_per_cell() {
+        let rows = vec![
+            row("a", 0, 3.0, "us"),
+            row("a", 0, 1.0, "us"),
+            row("a", 0, 2.0, "us"),
+            row("a", 1, 5.0, "us"),
+        ];
+        let m = median_of_runs(rows);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].value, 2.0);
+        assert_eq!(m[1].value, 5.0);
+    }
+
+    #[test]
+    fn ratio_column_against_best_reference() {
+        let rows = vec![
+            row("rsmpi", 8, 0.3, "us"),
+            row("openmpi-vader", 8, 0.2, "us"),
+            row("mpich", 8, 0.6, "us"),
+        ];
+        let mut out = Vec::new();
+        print_tables(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text.lines().find(|l| l.starts_with('8')).unwrap();
+        assert!(line.trim_end().ends_with("1.50"), "{text}");
+        // bandwidth: the best reference is the highest
+        let rows = vec![
+            row("rsmpi", 8, 300.0, "MB/s"),
+            row("openmpi-vader", 8, 200.0, "MB/s"),
+            row("mpich", 8, 600.0, "MB/s"),
+        ];
+        let mut out = Vec::new();
+        print_tables(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.lines()
+                .find(|l| l.starts_with('8'))
+                .unwrap()
+                .trim_end()
+                .ends_with("0.50"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(4 << 20), "4 MiB");
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(100), "100 B");
+    }
+}
