@@ -780,17 +780,16 @@ fn cancel_send(u: Universe) {
         let mut got = Vec::new();
         for i in 0..RACES {
             w.barrier();
-            // receive it if it is there (iprobe a few times), racing the cancel
-            let mut r = None;
+            // take it if it is there (matched probe a few times), racing the cancel;
+            // a plain probe followed by a receive could lose that race and then wait
+            // for ever for a message whose cancel succeeded in between
             for _ in 0..50 {
-                if let Some(s) = p.immediate_probe_with_tag(10 + i) {
-                    r = Some(s);
+                if let Some((msg, st)) = p.immediate_matched_probe_with_tag(10 + i) {
+                    let mut v = vec![0u8; st.count_bytes() as usize];
+                    msg.receive_into(&mut v[..]);
+                    got.push((i, v));
                     break;
                 }
-            }
-            if r.is_some() {
-                let (v, _) = p.receive_vec_with_tag::<u8>(10 + i);
-                got.push((i, v));
             }
         }
         let (outcomes, _) = p.receive_vec_with_tag::<u8>(99);

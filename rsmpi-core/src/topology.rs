@@ -519,6 +519,18 @@ macro_rules! receive_methods {
             self.mprobe_tagged(None)
                 .unwrap_or_else(|e| fail("mprobe", e))
         }
+        /// `MPI_Improbe`: takes a matching message if one is there, without waiting.
+        pub fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
+            self.improbe_tagged(Some(tag))
+                .unwrap_or_else(|e| fail("improbe", e))
+        }
+
+        /// `MPI_Improbe` with any tag.
+        pub fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
+            self.improbe_tagged(None)
+                .unwrap_or_else(|e| fail("improbe", e))
+        }
+
         /// `MPI_Mprobe` with a tag.
         pub fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
             self.mprobe_tagged(Some(tag))
@@ -651,6 +663,32 @@ macro_rules! receive_methods {
                 }
                 backoff.idle();
             }
+        }
+
+        fn improbe_tagged(&self, tag: Option<Tag>) -> Result<Option<(Message, Status)>> {
+            let (src, tag) = (self.source()?, tagsel(tag)?);
+            let Some(src) = src else {
+                return Ok(Some((
+                    Message {
+                        id: None,
+                        ctx: self.comm.ctx,
+                    },
+                    Status::proc_null(),
+                )));
+            };
+            let ctx = self.comm.ctx;
+            Ok(progress::with(|s| {
+                s.progress();
+                let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+                let source = s.comm_rank(ctx, env.source);
+                let st = Status {
+                    source,
+                    tag: env.tag,
+                    len: env.len,
+                    cancelled: false,
+                };
+                Some((Message { id: Some(id), ctx }, st))
+            }))
         }
 
         fn iprobe_tagged(&self, tag: Option<Tag>) -> Result<Option<Status>> {
