@@ -955,28 +955,7 @@ fn replay_trace(
         cur = *prev;
     }
     path.reverse();
-    let mut w = initial(p);
-    let mut lines = vec![];
-    for (n, ai) in path.into_iter().enumerate() {
-        let act = actions(p, &w)[ai];
-        let mut st = Step {
-            p,
-            w,
-            viol: vec![],
-            log: Some(vec![]),
-        };
-        st.apply(act);
-        lines.push(format!(
-            "  {:2}. {}",
-            n + 1,
-            st.log.take().unwrap().join("\n")
-        ));
-        for (prop, t) in &st.viol {
-            lines.push(format!("      *** {prop}: {t}"));
-        }
-        w = st.w;
-    }
-    lines.join("\n")
+    render_path(p, &path)
 }
 
 fn final_checks(
@@ -1151,6 +1130,7 @@ pub fn random_walks(p: &Program, walks: u32, seed: u64) -> Option<String> {
     None
 }
 
+/// Replays `path` from the initial world, logging every step and its violations.
 fn render_path(p: &Program, path: &[usize]) -> String {
     let mut w = initial(p);
     let mut lines = vec![];
@@ -1168,6 +1148,9 @@ fn render_path(p: &Program, path: &[usize]) -> String {
             n + 1,
             st.log.take().unwrap().join("\n")
         ));
+        for (prop, t) in &st.viol {
+            lines.push(format!("      *** {prop}: {t}"));
+        }
         w = st.w;
     }
     lines.join("\n")
