@@ -6,7 +6,7 @@ use rsmpi::{request, Error, ErrorClass, SimpleCommunicator, Status, Universe, PR
 use std::time::{Duration, Instant};
 
 /// The default eager limit of rsmpi (bytes): sends up to it go inline.
-pub const EAGER_LIMIT: usize = 8192;
+pub const EAGER_LIMIT: usize = rsmpi::DEFAULT_EAGER_LIMIT as usize;
 
 pub fn cases() -> Vec<Case> {
     vec![

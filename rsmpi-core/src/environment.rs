@@ -13,15 +13,23 @@ pub struct Universe {
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
+/// Messages up to this size travel inside the send request (eager); larger ones by
+/// rendezvous. On shared memory one copy through the ring beats a one-sided
+/// `process_vm_readv`/`writev` up to about this size (docs/performance.md).
+pub const DEFAULT_EAGER_LIMIT: u64 = 16384;
+/// Direct writes up to this size ride inside their notice.
+pub const DEFAULT_INLINE_LIMIT: u64 = 16384;
+
 /// Reads the protocol switches from the environment:
 /// `RSMPI_MATCHING=both|receiver`, `RSMPI_PROTOCOL=eager|get|sync`,
-/// `RSMPI_EAGER_LIMIT=bytes`, `RSMPI_INLINE_LIMIT=bytes` (direct writes up to this
-/// size travel inline in their notice instead of by a one-sided write; default 4096,
-/// 0 = always one-sided). Every rank of a job must see the same values (rsmpirun
+/// `RSMPI_EAGER_LIMIT=bytes` (default [`DEFAULT_EAGER_LIMIT`]), `RSMPI_INLINE_LIMIT=bytes`
+/// (direct writes up to this size travel inline in their notice instead of by a
+/// one-sided write; default [`DEFAULT_INLINE_LIMIT`], 0 = always one-sided). Every rank of a job must see the same values (rsmpirun
 /// passes its environment to all ranks).
 pub fn config_from_env() -> Result<Config> {
     let mut c = Config {
-        inline_limit: 4096,
+        eager_limit: DEFAULT_EAGER_LIMIT,
+        inline_limit: DEFAULT_INLINE_LIMIT,
         ..Config::default()
     };
     if let Ok(v) = std::env::var("RSMPI_INLINE_LIMIT") {

@@ -39,7 +39,7 @@ pub use bytemuck;
 pub use datatype::{Buffer, BufferMut, Datatype, Equivalence, MutView, View};
 pub use environment::{
     config_from_env, initialize, initialize_thread, initialize_with, time, time_resolution,
-    Threading, Universe,
+    Threading, Universe, DEFAULT_EAGER_LIMIT, DEFAULT_INLINE_LIMIT,
 };
 pub use error::{Error, ErrorClass, Result};
 pub use matching::{SendMode, Stats};

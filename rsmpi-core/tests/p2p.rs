@@ -34,7 +34,8 @@ fn sizes_across_the_eager_limit() {
     job(2, "sizes_across_the_eager_limit", |u| {
         let w = u.world();
         let peer = w.process_at_rank(1 - w.rank());
-        for (i, len) in [0usize, 1, 8191, 8192, 8193, 65536, 1 << 20, 3 << 20]
+        let e = rsmpi::DEFAULT_EAGER_LIMIT as usize;
+        for (i, len) in [0usize, 1, e - 1, e, e + 1, 65536, 1 << 20, 3 << 20]
             .into_iter()
             .enumerate()
         {
@@ -64,8 +65,8 @@ fn preposted_receives_take_the_one_sided_path() {
         let w = u.world();
         const N: usize = 50;
         if w.rank() == 1 {
-            // larger than the inline limit (4 KiB): these take the one-sided write
-            let mut bufs = vec![[0u64; 1024]; N];
+            // larger than the inline limit (16 KiB): these take the one-sided write
+            let mut bufs = vec![[0u64; 4096]; N];
             request::scope(|sc| {
                 let reqs: Vec<_> = bufs
                     .iter_mut()
@@ -81,20 +82,20 @@ fn preposted_receives_take_the_one_sided_path() {
                     let st = r.wait();
                     assert_eq!(
                         (st.source_rank(), st.tag(), st.count::<u64>()),
-                        (0, 3, 1024),
+                        (0, 3, 4096),
                         "receive {i}"
                     );
                 }
             });
             for (i, b) in bufs.iter().enumerate() {
-                assert_eq!(b, &[i as u64; 1024]);
+                assert_eq!(b, &[i as u64; 4096]);
             }
             w.process_at_rank(0).send(&0u8);
         } else {
             w.barrier();
             let t = Instant::now();
             for i in 0..N {
-                w.process_at_rank(1).send_with_tag(&[i as u64; 1024][..], 3);
+                w.process_at_rank(1).send_with_tag(&[i as u64; 4096][..], 3);
             }
             let took = t.elapsed();
             let s = u.stats();
