@@ -441,7 +441,7 @@ impl Engine {
         self.recvs.insert(id, st);
         if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
             let e = self.unexpected.take(seq).expect("found");
-            self.deliver_unexpected(id, e, Some(seq));
+            self.deliver_unexpected(id, e);
             return Ok(id);
         }
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
@@ -539,7 +539,7 @@ impl Engine {
 
     /// Completes receive `id` (already out of the posted queue) with an unexpected
     /// message.
-    fn deliver_unexpected(&mut self, id: RecvId, e: UEntry, _seq: Option<u64>) {
+    fn deliver_unexpected(&mut self, id: RecvId, e: UEntry) {
         let st = self.recvs[&id];
         let (len, outcome) = Self::outcome(&st, e.src, e.tag, e.len);
         if e.flags.sync && matches!(e.data, UData::Eager(_)) {
@@ -674,7 +674,7 @@ impl Engine {
             },
         };
         self.recvs.insert(id, st);
-        self.deliver_unexpected(id, e, None);
+        self.deliver_unexpected(id, e);
         Ok(id)
     }
 

@@ -887,15 +887,7 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
         let acts = actions(p, &w);
         if acts.is_empty() {
             // terminal
-            let o: Outcome = (
-                w.rres.clone(),
-                w.sres
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| **s == SRes::Cancelled)
-                    .map(|(g, _)| 1u32 << g)
-                    .sum(),
-            );
+            let o = outcome_of(&w);
             for (prop, text) in final_checks(p, &w, &o, Some(&pure), pure_complete) {
                 if outs.insert(format!("{prop}{text}")) {
                     record(
@@ -956,6 +948,16 @@ fn replay_trace(
     }
     path.reverse();
     render_path(p, &path)
+}
+
+/// The final pairing of a terminal world and its set of cancelled sends.
+fn outcome_of(w: &World) -> Outcome {
+    let cancelled = w
+        .sres
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s == SRes::Cancelled);
+    (w.rres.clone(), cancelled.map(|(g, _)| 1u32 << g).sum())
 }
 
 fn final_checks(
@@ -1093,15 +1095,7 @@ pub fn random_walks(p: &Program, walks: u32, seed: u64) -> Option<String> {
         loop {
             let acts = actions(p, &w);
             if acts.is_empty() {
-                let o: Outcome = (
-                    w.rres.clone(),
-                    w.sres
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, s)| **s == SRes::Cancelled)
-                        .map(|(g, _)| 1u32 << g)
-                        .sum(),
-                );
+                let o = outcome_of(&w);
                 if let Some((prop, text)) = final_checks(p, &w, &o, None, false).into_iter().next()
                 {
                     return Some(format!("{prop}: {text}\n  program: {}", p.describe()));
