@@ -1,7 +1,7 @@
 //! The sender's associative memory: receives a peer advertised to us, and the send
 //! requests we issued that the peer may not have seen yet (for the crossing rule).
 
-use crate::map::HMap;
+use crate::map::{Fifos, HMap};
 use crate::types::{Ctx, RemoteBuf, Tag, TagSel};
 use std::collections::VecDeque;
 
@@ -25,7 +25,7 @@ pub(crate) struct AdvTable {
     /// Receive requests recorded so far (the last k).
     seen: u64,
     /// Queues of k; entries no longer live are dropped lazily from the front.
-    fifo: HMap<(Ctx, TagSel), VecDeque<u64>>,
+    fifo: Fifos<(Ctx, TagSel)>,
 }
 
 impl AdvTable {
@@ -34,34 +34,33 @@ impl AdvTable {
         debug_assert_eq!(k, self.seen + 1);
         self.seen = k;
         if adv.live {
-            self.fifo
-                .entry((adv.ctx, adv.tag))
-                .or_default()
-                .push_back(k);
+            self.fifo.push((adv.ctx, adv.tag), k);
             self.live.insert(k, adv);
         }
     }
 
     fn head(&mut self, key: (Ctx, TagSel)) -> Option<u64> {
-        let q = self.fifo.get_mut(&key)?;
-        while let Some(&k) = q.front() {
-            if self.live.contains_key(&k) {
-                return Some(k);
-            }
-            q.pop_front();
-        }
-        self.fifo.remove(&key);
-        None
+        let live = &self.live;
+        self.fifo.head(&key, |k| live.contains_key(&k))
     }
 
-    /// Takes the earliest live receive request matching a message (ctx, tag).
-    pub fn take_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
+    /// The earliest live receive request matching a message (ctx, tag), left in place.
+    pub fn find_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
+        if self.live.is_empty() {
+            return None;
+        }
         let a = self.head((ctx, TagSel::Tag(tag)));
         let b = self.head((ctx, TagSel::Any));
         let k = match (a, b) {
             (Some(a), Some(b)) => a.min(b),
             (x, y) => x.or(y)?,
         };
+        Some((k, self.live[&k]))
+    }
+
+    /// Takes the earliest live receive request matching a message (ctx, tag).
+    pub fn take_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
+        let (k, _) = self.find_match(ctx, tag)?;
         let adv = self.kill(k)?;
         Some((k, adv))
     }

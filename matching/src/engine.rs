@@ -106,6 +106,9 @@ struct RecvState {
     ctx: Ctx,
     cap: u64,
     buf: Option<RemoteBuf>,
+    /// Not advertised when posted (ANY_SOURCE, not contiguous, receiver-only matching,
+    /// or paused): holds later receives of its context back from advertising.
+    blocker: bool,
     stage: RStage,
 }
 
@@ -147,6 +150,12 @@ struct Peer {
     adv: AdvTable,
     crossing: Crossing,
     waiting: HMap<u64, SendId>,
+    // adaptive advertising (as receiver of this peer's messages)
+    /// Advertised receives matched by send requests in a row.
+    wasted_run: u32,
+    /// Receives still to leave unadvertised, and the length of the current pause.
+    pause_left: u32,
+    pause_len: u32,
     // flow control
     credits: u32,
     owed: u32,
@@ -203,6 +212,7 @@ impl Engine {
         );
         let peer = Peer {
             credits: cfg.credits,
+            pause_len: cfg.adapt_pause,
             ..Peer::default()
         };
         Engine {
@@ -424,7 +434,7 @@ impl Engine {
             Self::check_tag(t)?;
         }
         let id = RecvId(self.id());
-        let st = RecvState {
+        let mut st = RecvState {
             source: spec.source,
             tag: spec.tag,
             ctx: spec.ctx,
@@ -433,23 +443,35 @@ impl Engine {
                 len: b.len.min(spec.capacity),
                 ..b
             }),
+            blocker: true,
             stage: RStage::Posted {
                 adv: None,
                 cancelling: false,
             },
         };
-        self.recvs.insert(id, st);
         if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
+            self.recvs.insert(id, st);
             let e = self.unexpected.take(seq).expect("found");
             self.deliver_unexpected(id, e);
             return Ok(id);
         }
-        self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
+        let mut paused = false;
         let advertisable = self.cfg.matching == MatchingMode::Both
             && st.buf.is_some()
-            && matches!(spec.source, Source::Rank(_));
-        if !advertisable {
+            && match spec.source {
+                Source::Rank(r) => {
+                    paused = self.paused(r);
+                    !paused
+                }
+                Source::Any => false,
+            };
+        st.blocker = !(advertisable || paused && self.cfg.mutation == Mutation::PausedNoHold);
+        self.recvs.insert(id, st);
+        self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
+        if st.blocker {
             *self.blockers.entry(spec.ctx).or_default() += 1;
+        } else if !advertisable {
+            // (mutation only) neither advertised nor holding anything back
         } else if self.blockers.get(&spec.ctx).copied().unwrap_or(0) == 0
             || self.cfg.mutation == Mutation::NoHold
         {
@@ -505,9 +527,44 @@ impl Engine {
     }
 
     fn is_blocker(&self, st: &RecvState) -> bool {
-        !(self.cfg.matching == MatchingMode::Both
-            && st.buf.is_some()
-            && matches!(st.source, Source::Rank(_)))
+        st.blocker
+    }
+
+    /// Adaptive advertising: whether a receive from `peer` posted now stays
+    /// unadvertised (counts it if so).
+    fn paused(&mut self, peer: Rank) -> bool {
+        let p = &mut self.peers[peer as usize];
+        if p.pause_left == 0 {
+            return false;
+        }
+        p.pause_left -= 1;
+        if p.pause_left == 0 {
+            // on probation: one more wasted advertisement starts a longer pause
+            p.wasted_run = self.cfg.adapt_after.saturating_sub(1);
+        }
+        self.stats.paused += 1;
+        true
+    }
+
+    /// An advertised receive from `peer` was matched by a send request (`wasted`) or
+    /// written directly.
+    fn advertisement_outcome(&mut self, peer: Rank, wasted: bool) {
+        let (after, base) = (self.cfg.adapt_after, self.cfg.adapt_pause);
+        let p = &mut self.peers[peer as usize];
+        if after == 0 {
+            return;
+        }
+        if !wasted {
+            p.wasted_run = 0;
+            p.pause_len = base;
+            return;
+        }
+        p.wasted_run += 1;
+        if p.wasted_run >= after {
+            p.wasted_run = 0;
+            p.pause_left = p.pause_len;
+            p.pause_len = p.pause_len.saturating_mul(2).min(base.saturating_mul(64));
+        }
     }
 
     /// Removes a matched receive from the posted queue and its advertisement.
@@ -668,6 +725,7 @@ impl Engine {
             ctx: e.ctx,
             cap: capacity,
             buf: None,
+            blocker: false,
             stage: RStage::Posted {
                 adv: None,
                 cancelling: false,
@@ -825,6 +883,60 @@ impl Engine {
         Ok(id)
     }
 
+    /// The fast path of a standard send whose message can leave at once and carries its
+    /// payload: an eager send request, or an inline direct write into an advertised
+    /// receive. Needs a free credit towards the destination and nothing queued before
+    /// the message (no pending output, nothing in the outbox). The send is then
+    /// complete when this returns: the driver transmits the returned header followed
+    /// by the first `len` bytes of the buffer, and no id, `SendDone` or later output
+    /// refers to it. Returns `Ok(None)`, having changed nothing, when the send must go
+    /// through [`Engine::start_send`] instead.
+    pub fn send_now(&mut self, spec: &SendSpec) -> Result<Option<(Header, u64)>, CallError> {
+        self.check_rank(spec.dest)?;
+        Self::check_tag(spec.tag)?;
+        let p = &mut self.peers[spec.dest as usize];
+        if spec.mode != SendMode::Standard
+            || !self.out.is_empty()
+            || p.credits == 0
+            || !p.outbox.is_empty()
+        {
+            return Ok(None);
+        }
+        let (msg, len) = if let Some((k, adv)) = p.adv.find_match(spec.ctx, spec.tag) {
+            let len = spec.len.min(adv.buf.len);
+            if len > self.cfg.inline_limit {
+                return Ok(None);
+            }
+            p.adv.kill(k);
+            self.stats.direct_writes += 1;
+            self.stats.inline_writes += 1;
+            let msg = Ctrl::WrittenInline {
+                k,
+                tag: spec.tag,
+                len,
+                msg_len: spec.len,
+            };
+            (msg, len)
+        } else if self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit {
+            p.sendreq_sent += 1;
+            p.crossing.push(p.sendreq_sent, spec.ctx, spec.tag);
+            self.stats.eager_sends += 1;
+            let msg = Ctrl::SendReq {
+                ctx: spec.ctx,
+                tag: spec.tag,
+                len: spec.len,
+                flags: SendFlags::default(),
+                body: Body::Eager,
+            };
+            (msg, spec.len)
+        } else {
+            return Ok(None);
+        };
+        p.credits -= 1;
+        let credit = std::mem::take(&mut p.owed);
+        Ok(Some((wire::encode(&Frame { credit, msg }), len)))
+    }
+
     /// Cancels a send (`MPI_Cancel`). A send that already matched, or whose buffer was
     /// already released, cannot be cancelled; otherwise the receiver is asked to drop
     /// it from its unexpected queue, and the send completes as cancelled or as sent.
@@ -915,6 +1027,9 @@ impl Engine {
                 let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
                 if let Some(r) = hit {
                     let st = self.unpost(r);
+                    if let RStage::Posted { adv: Some(_), .. } = st.stage {
+                        self.advertisement_outcome(from, true);
+                    }
                     let (dlen, outcome) = Self::outcome(&st, from, tag, len);
                     if (flags.sync || flags.ready) && body == Body::Eager {
                         self.ctrl(from, Ctrl::Ack { i });
@@ -1004,6 +1119,7 @@ impl Engine {
                 if len > st.cap || len != msg_len.min(st.cap) {
                     return Err(violation("direct write longer than the advertised buffer"));
                 }
+                self.advertisement_outcome(from, false);
                 let truncated_from = (msg_len > len).then_some(msg_len);
                 if matches!(frame.msg, Ctrl::WrittenInline { .. }) {
                     deliver = Some(Deliver {

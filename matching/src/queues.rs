@@ -4,10 +4,10 @@
 //! the common case — a specific source and tag — is a hash lookup and a queue head,
 //! independent of how many entries are queued.
 
-use crate::map::HMap;
+use crate::map::{Fifos, HMap};
 use crate::types::{Ctx, Rank, RemoteBuf, Source, Tag, TagSel, XferId};
 use crate::wire::SendFlags;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 /// Posted receives, in posting order. Keys are post sequence numbers (= `RecvId`s).
 ///
@@ -17,21 +17,33 @@ use std::collections::{BTreeMap, VecDeque};
 /// `live` at once and from their bucket lazily.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Posted {
-    buckets: HMap<(Ctx, Source, TagSel), VecDeque<u64>>,
+    buckets: Fifos<(Ctx, Source, TagSel)>,
     live: HMap<u64, (Ctx, Source, TagSel)>,
+    /// Live receives with a wildcard source or tag: while there are none, a message
+    /// looks in its exact bucket only.
+    wild: usize,
+}
+
+fn is_wild(key: &(Ctx, Source, TagSel)) -> bool {
+    key.1 == Source::Any || key.2 == TagSel::Any
 }
 
 impl Posted {
     pub fn insert(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
-        self.buckets
-            .entry((ctx, src, tag))
-            .or_default()
-            .push_back(seq);
-        self.live.insert(seq, (ctx, src, tag));
+        let key = (ctx, src, tag);
+        self.wild += usize::from(is_wild(&key));
+        self.buckets.push(key, seq);
+        self.live.insert(seq, key);
     }
 
     pub fn remove(&mut self, seq: u64) -> bool {
-        self.live.remove(&seq).is_some()
+        match self.live.remove(&seq) {
+            Some(key) => {
+                self.wild -= usize::from(is_wild(&key));
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn contains(&self, seq: u64) -> bool {
@@ -45,39 +57,24 @@ impl Posted {
     /// Removes and returns the earliest posted receive matching a message.
     pub fn take_match(&mut self, ctx: Ctx, src: Rank, tag: Tag) -> Option<u64> {
         let mut best: Option<(u64, (Ctx, Source, TagSel))> = None;
-        for key in [
+        let live = &self.live;
+        let keys = [
             (ctx, Source::Rank(src), TagSel::Tag(tag)),
             (ctx, Source::Rank(src), TagSel::Any),
             (ctx, Source::Any, TagSel::Tag(tag)),
             (ctx, Source::Any, TagSel::Any),
-        ] {
-            let Some(q) = self.buckets.get_mut(&key) else {
-                continue;
-            };
-            while let Some(&h) = q.front() {
-                if self.live.contains_key(&h) {
-                    break;
-                }
-                q.pop_front();
-            }
-            match q.front() {
-                None => {
-                    self.buckets.remove(&key);
-                }
-                Some(&h) => {
-                    if best.is_none_or(|(b, _)| h < b) {
-                        best = Some((h, key));
-                    }
+        ];
+        let kinds = if self.wild == 0 { 1 } else { 4 };
+        for key in keys.into_iter().take(kinds) {
+            if let Some(h) = self.buckets.head(&key, |s| live.contains_key(&s)) {
+                if best.is_none_or(|(b, _)| h < b) {
+                    best = Some((h, key));
                 }
             }
         }
         let (seq, key) = best?;
-        let q = self.buckets.get_mut(&key).expect("bucket");
-        q.pop_front();
-        if q.is_empty() {
-            self.buckets.remove(&key);
-        }
-        self.live.remove(&seq);
+        self.buckets.get_mut(&key).expect("bucket").pop_front();
+        self.remove(seq);
         Some(seq)
     }
 }
@@ -112,7 +109,7 @@ pub(crate) struct UEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Unexpected {
     order: BTreeMap<u64, UEntry>,
-    exact: HMap<(Ctx, Rank, Tag), VecDeque<u64>>,
+    exact: Fifos<(Ctx, Rank, Tag)>,
     next: u64,
 }
 
@@ -120,10 +117,7 @@ impl Unexpected {
     pub fn push(&mut self, e: UEntry) -> u64 {
         let seq = self.next;
         self.next += 1;
-        self.exact
-            .entry((e.ctx, e.src, e.tag))
-            .or_default()
-            .push_back(seq);
+        self.exact.push((e.ctx, e.src, e.tag), seq);
         self.order.insert(seq, e);
         seq
     }
@@ -155,17 +149,8 @@ impl Unexpected {
     pub fn take(&mut self, seq: u64) -> Option<UEntry> {
         let e = self.order.remove(&seq)?;
         let key = (e.ctx, e.src, e.tag);
-        if let Some(q) = self.exact.get_mut(&key) {
-            while let Some(&h) = q.front() {
-                if self.order.contains_key(&h) {
-                    break;
-                }
-                q.pop_front();
-            }
-            if q.is_empty() {
-                self.exact.remove(&key);
-            }
-        }
+        let order = &self.order;
+        self.exact.head(&key, |h| order.contains_key(&h));
         Some(e)
     }
 

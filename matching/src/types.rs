@@ -146,6 +146,9 @@ pub enum Mutation {
     /// Rule 6 ordering detail broken: a send request is counted in `m` only after the
     /// receives its match released were advertised.
     CountAfterRelease,
+    /// Adaptive advertising broken: a receive left unadvertised by a pause does not
+    /// hold later receives back from advertising.
+    PausedNoHold,
 }
 
 /// Run-time settings of an engine. Every rank of a job must use the same values.
@@ -163,6 +166,15 @@ pub struct Config {
     pub credits: u32,
     /// A receiver returns credits in an explicit message once this many are owed.
     pub low_water: u32,
+    /// Adaptive advertising: once this many receives advertised to one peer in a row
+    /// were matched by that peer's send requests instead (the peer sent before it saw
+    /// them: the advertisement was wasted), the next `adapt_pause` receives from that
+    /// peer are not advertised and are matched here, as ANY_SOURCE ones are. A pause
+    /// that ends in another wasted advertisement doubles (up to 64 times
+    /// `adapt_pause`); a direct write ends it. 0 = always advertise.
+    pub adapt_after: u32,
+    /// See `adapt_after`.
+    pub adapt_pause: u32,
     #[doc(hidden)]
     pub mutation: Mutation,
 }
@@ -176,6 +188,8 @@ impl Default for Config {
             inline_limit: 0,
             credits: 32,
             low_water: 16,
+            adapt_after: 4,
+            adapt_pause: 64,
             mutation: Mutation::None,
         }
     }
@@ -273,19 +287,22 @@ pub struct Stats {
     pub crossed: u64,
     /// Control messages queued because the peer had no credits.
     pub credit_stalls: u64,
+    /// Receives from a specific source left unadvertised by adaptive advertising.
+    pub paused: u64,
 }
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "direct={} (inline {}) eager={} rndv={} advertised={} crossed={} credit_stalls={}",
+            "direct={} (inline {}) eager={} rndv={} advertised={} crossed={} paused={} credit_stalls={}",
             self.direct_writes,
             self.inline_writes,
             self.eager_sends,
             self.rndv_sends,
             self.advertised,
             self.crossed,
+            self.paused,
             self.credit_stalls
         )
     }

@@ -43,11 +43,19 @@ fn send_ops(tags: &[Tag], big: &[bool], sync: bool) -> Vec<Op> {
         .collect()
 }
 
+/// Adaptive advertising at its most eager: one wasted advertisement pauses the next
+/// receive, so that small programs mix advertised and paused receives.
+fn adaptive(c: &mut Config) {
+    c.adapt_after = 1;
+    c.adapt_pause = 1;
+}
+
 fn cfg(f: impl FnOnce(&mut Config)) -> Config {
     let mut c = Config {
         eager_limit: 4,
         credits: 8,
         low_water: 4,
+        adapt_after: 0,
         ..Config::default()
     };
     f(&mut c);
@@ -238,7 +246,12 @@ fn exhaustive_default_bounds() {
             "A (inline direct writes)",
             phase_a(cfg(|c| c.inline_limit = SMALL)),
         ),
+        ("A (adaptive advertising)", phase_a(cfg(adaptive))),
         ("B (2 senders)", phase_b(both, 2)),
+        (
+            "B (2 senders, adaptive advertising)",
+            phase_b(cfg(adaptive), 2),
+        ),
         (
             "C (rendezvous/sync, 1 credit)",
             phase_c(
@@ -301,6 +314,15 @@ fn exhaustive_default_bounds() {
                 c.low_water = 2;
             })),
         ),
+        ("D (cancel, adaptive advertising)", phase_d(cfg(adaptive))),
+        (
+            "E (both directions, adaptive advertising, 1 credit)",
+            phase_e(cfg(|c| {
+                adaptive(c);
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
         (
             "E (both directions, 1 credit)",
             phase_e(cfg(|c| {
@@ -352,8 +374,17 @@ fn checker_catches_broken_rules() {
             Mutation::CountAfterRelease,
             &["P1", "P2", "P3", "P4", "P5", "PROTO", "LIVE"][..],
         ),
+        (
+            Mutation::PausedNoHold,
+            &["P3", "P4", "P5", "PROTO", "P2"][..],
+        ),
     ] {
-        let c = cfg(|c| c.mutation = m);
+        let c = cfg(|c| {
+            c.mutation = m;
+            if m == Mutation::PausedNoHold {
+                adaptive(c);
+            }
+        });
         let mut progs = phase_a(c);
         progs.extend(phase_b(c, 2));
         let rep = run(&format!("mutation {m:?}"), progs);
@@ -405,11 +436,13 @@ fn random_walks_windowed_bandwidth() {
                     tag: TagSel::Tag(1),
                 });
             }
-            for inline in [0, SMALL] {
+            for (inline, adapt_after) in [(0, 0), (SMALL, 0), (SMALL, 1)] {
                 let c = cfg(|c| {
                     c.credits = credits;
                     c.low_water = low_water;
                     c.inline_limit = inline;
+                    c.adapt_after = adapt_after;
+                    c.adapt_pause = 1;
                 });
                 progs.push(Program::new(vec![r0.clone(), r1.clone()], c));
             }
@@ -493,6 +526,8 @@ fn random_walks_random_programs() {
             c.credits = credits;
             c.low_water = 1 + next(credits as u64) as u32;
             c.inline_limit = if next(2) == 0 { 0 } else { SMALL };
+            c.adapt_after = next(3) as u32;
+            c.adapt_pause = 1 + next(2) as u32;
             c.protocol = match next(4) {
                 0 => RecvProtocol::Get,
                 1 => RecvProtocol::Sync,

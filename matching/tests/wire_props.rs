@@ -302,6 +302,8 @@ const SMALL_CFG: Config = Config {
     inline_limit: 4,
     credits: 2,
     low_water: 1,
+    adapt_after: 1,
+    adapt_pause: 1,
     mutation: Mutation::None,
 };
 

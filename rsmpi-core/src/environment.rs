@@ -125,7 +125,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         regions: Default::default(),
         recv_dst: HashMap::default(),
         send_src: HashMap::default(),
-        by_region: HashMap::default(),
+        by_region: Default::default(),
         done: HashMap::default(),
         boot,
         next_ctx: 16,

@@ -80,6 +80,28 @@ pub(crate) enum Key {
     Null(u64),
 }
 
+/// The request using each lent region, indexed by the region's dense index.
+#[derive(Default)]
+pub(crate) struct ByRegion(Vec<Option<Key>>);
+
+impl ByRegion {
+    pub fn insert(&mut self, r: RegionId, k: Key) {
+        let i = r.index();
+        if i >= self.0.len() {
+            self.0.resize(i + 1, None);
+        }
+        self.0[i] = Some(k);
+    }
+    pub fn remove(&mut self, r: &RegionId) {
+        if let Some(k) = self.0.get_mut(r.index()) {
+            *k = None;
+        }
+    }
+    pub fn get(&self, r: &RegionId) -> Option<&Key> {
+        self.0.get(r.index()).and_then(|k| k.as_ref())
+    }
+}
+
 /// The ranks of a communicator other than the world: comm rank -> world rank and back.
 pub(crate) struct Group {
     pub world: Vec<u32>,
@@ -105,7 +127,7 @@ pub(crate) struct State {
     pub send_src: HashMap<SendId, SendSrc>,
     /// The request using each lent region, so that a scope's end finds its requests
     /// without scanning all of them.
-    pub by_region: HashMap<RegionId, Key>,
+    pub by_region: ByRegion,
     pub done: HashMap<Key, Done>,
     pub boot: Boot,
     pub next_ctx: u32,
@@ -114,7 +136,7 @@ pub(crate) struct State {
     /// Groups of communicators whose ranks are not the world's (by context id).
     pub groups: HashMap<u32, Group>,
     /// Contexts of freed communicators.
-    pub freed: std::collections::HashSet<u32>,
+    pub freed: rustc_hash::FxHashSet<u32>,
     pub start: std::time::Instant,
 }
 
@@ -157,6 +179,9 @@ impl State {
 
     /// World rank of rank `r` of the communicator with context `ctx`.
     pub fn world_rank(&self, ctx: u32, r: i32) -> u32 {
+        if ctx & !crate::topology::INTERNAL == 0 {
+            return r as u32;
+        }
         match self.groups.get(&(ctx & !crate::topology::INTERNAL)) {
             Some(g) => g.world[r as usize],
             None => r as u32,
@@ -165,6 +190,9 @@ impl State {
 
     /// Rank in the communicator with context `ctx` of world rank `w`.
     pub fn comm_rank(&self, ctx: u32, w: u32) -> i32 {
+        if ctx & !crate::topology::INTERNAL == 0 {
+            return w as i32;
+        }
         match self.groups.get(&(ctx & !crate::topology::INTERNAL)) {
             Some(g) => g.local.get(&w).copied().unwrap_or(-1),
             None => w as i32,
@@ -228,6 +256,44 @@ impl State {
         &b[..len as usize]
     }
 
+    /// The fast path of a standard send (see [`Engine::send_now`]): if the message can
+    /// leave at once with its payload, transmits it from `bytes` and returns true (the
+    /// send is complete); otherwise changes nothing and returns false.
+    pub fn send_now(&mut self, ctx: u32, dest: u32, tag: i32, bytes: &[u8]) -> Result<bool> {
+        let spec = matching::SendSpec {
+            dest,
+            tag,
+            ctx,
+            len: bytes.len() as u64,
+            mode: matching::SendMode::Standard,
+            // only read by rendezvous, which the fast path never takes
+            buf: matching::RemoteBuf::default(),
+        };
+        let Some((header, len)) = self.engine.send_now(&spec)? else {
+            return Ok(false);
+        };
+        let mut spins = 0u32;
+        loop {
+            match self
+                .transport
+                .try_send(dest, header.as_bytes(), &bytes[..len as usize])
+            {
+                Ok(()) => return Ok(true),
+                Err(TransportError::Full(_)) => self.full(&mut spins),
+                Err(e) => self.fatal("send", &e),
+            }
+        }
+    }
+
+    /// The peer's ring is full: drain ours so that it can drain its own.
+    fn full(&mut self, spins: &mut u32) {
+        self.poll_incoming();
+        *spins += 1;
+        if *spins > 64 {
+            std::thread::yield_now();
+        }
+    }
+
     fn transmit(&mut self, to: Rank, header: &[u8], payload: Option<(SendId, u64)>) {
         let mut spins = 0u32;
         loop {
@@ -242,14 +308,7 @@ impl State {
             });
             match transport.try_send(to, header, bytes) {
                 Ok(()) => return,
-                Err(TransportError::Full(_)) => {
-                    // the peer's ring is full: drain ours so that it can drain its own
-                    self.poll_incoming();
-                    spins += 1;
-                    if spins > 64 {
-                        std::thread::yield_now();
-                    }
-                }
+                Err(TransportError::Full(_)) => self.full(&mut spins),
                 Err(e) => self.fatal("send", &e),
             }
         }
@@ -403,17 +462,6 @@ fn online_cpus(list: &str) -> usize {
         .sum()
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(super::online_cpus("0-1"), 2);
-        assert_eq!(super::online_cpus("0-3,8,10-11"), 7);
-        assert_eq!(super::online_cpus("0"), 1);
-        assert_eq!(super::online_cpus("junk"), 0);
-    }
-}
-
 impl Backoff {
     pub fn new() -> Backoff {
         Backoff {
@@ -432,7 +480,7 @@ impl Backoff {
             return;
         }
         std::hint::spin_loop();
-        if self.polls % 64 == 0 {
+        if self.polls.is_multiple_of(64) {
             let since = *self.since.get_or_insert_with(std::time::Instant::now);
             if since.elapsed() > SPIN {
                 std::thread::yield_now();
@@ -452,6 +500,9 @@ pub(crate) fn wait(key: Key) -> Done {
     let mut b = Backoff::new();
     loop {
         let (got, moved) = with(|s| {
+            if let Some(d) = s.done.remove(&key) {
+                return (Some(d), true);
+            }
             let moved = s.progress();
             (s.done.remove(&key), moved)
         });
@@ -515,5 +566,16 @@ impl RegionHost for Host {
         for k in pending {
             wait(k);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(super::online_cpus("0-1"), 2);
+        assert_eq!(super::online_cpus("0-3,8,10-11"), 7);
+        assert_eq!(super::online_cpus("0"), 1);
+        assert_eq!(super::online_cpus("junk"), 0);
     }
 }

@@ -98,6 +98,8 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
             }
             let source = if source == crate::PROC_NULL as u32 {
                 crate::PROC_NULL
+            } else if ctx & !crate::topology::INTERNAL == 0 {
+                source as i32
             } else {
                 progress::with(|s| s.comm_rank(ctx, source))
             };

@@ -177,12 +177,20 @@ impl SimpleCommunicator {
     /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
     /// a freed communicator.
     fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
-        self.check_live()?;
         if r == PROC_NULL {
+            self.check_live()?;
             Ok(None)
         } else if (0..self.size).contains(&r) {
-            Ok(Some(progress::with(|s| s.world_rank(self.ctx, r))))
+            let ctx = self.ctx & !INTERNAL;
+            progress::try_with(|s| {
+                if s.freed.contains(&ctx) {
+                    Err(Error::Comm(ctx))
+                } else {
+                    Ok(Some(s.world_rank(self.ctx, r)))
+                }
+            })?
         } else {
+            self.check_live()?;
             Err(Error::InvalidRank {
                 rank: r,
                 size: self.size,
@@ -404,8 +412,11 @@ fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendM
     };
     check_tag(tag)?;
     let bytes = send_bytes(buf)?;
-    request::scope(|sc| {
-        let region = sc.lend(&bytes);
+    if mode == SendMode::Standard && progress::with(|s| s.send_now(p.comm.ctx, dest, tag, &bytes))?
+    {
+        return Ok(());
+    }
+    transport::mem::lend(&progress::HOST, &bytes, |region| {
         let key = start_send(p.comm.ctx, dest, tag, SendArg::Region(region), mode)?;
         finish(progress::wait(key), 0, 0, 0).map(|_| ())
     })
@@ -424,8 +435,7 @@ fn blocking_recv<B: BufferMut + ?Sized>(
         Some((d, n)) => d.size() * *n as u64,
         None => bytes.len() as u64,
     };
-    request::scope(|sc| {
-        let region = sc.lend_mut(bytes);
+    transport::mem::lend_mut(&progress::HOST, bytes, |region| {
         let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
         let key = start_recv(comm.ctx, src, tag, dst)?;
         finish(progress::wait(key), cap, elem, comm.ctx)
@@ -575,7 +585,7 @@ macro_rules! receive_methods {
             let ctx = self.comm.ctx;
             let start = move || -> Result<Request<'s>> {
                 let Some(src) = src else {
-                    return Ok(done_request());
+                    return Ok(done_request(None));
                 };
                 let key = start_recv(ctx, src, tg, RecvDst::Region(region))?;
                 Ok(Request {
@@ -733,7 +743,7 @@ macro_rules! receive_methods {
             let layout = buf.layout().map(|(d, n)| (d.clone(), n));
             let bytes = buf.as_bytes_mut();
             let Some(src) = src else {
-                return Ok(done_request());
+                return Ok(done_request(None));
             };
             let region = scope.lend_mut(bytes);
             let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
@@ -754,23 +764,20 @@ macro_rules! receive_methods {
     };
 }
 
-/// A completed request for `PROC_NULL` operations (each with its own key, so that
-/// several can be pending at once).
-fn done_request<'s>() -> Request<'s> {
+/// A request complete from the start: a `PROC_NULL` operation (`done` = `None`) or a
+/// send that left at once. Each has its own key, so that several can be pending.
+fn done_request<'s>(done: Option<progress::Done>) -> Request<'s> {
+    let done = done.unwrap_or(progress::Done::Recv(matching::RecvOutcome::Received {
+        source: PROC_NULL as u32,
+        tag: -1,
+        len: 0,
+        truncated_from: None,
+    }));
     let key = progress::with(|s| {
         s.next_null += 1;
-        Key::Null(s.next_null)
-    });
-    progress::with(|s| {
-        s.done.insert(
-            key,
-            progress::Done::Recv(matching::RecvOutcome::Received {
-                source: PROC_NULL as u32,
-                tag: -1,
-                len: 0,
-                truncated_from: None,
-            }),
-        )
+        let key = Key::Null(s.next_null);
+        s.done.insert(key, done);
+        key
     });
     Request {
         key,
@@ -850,10 +857,18 @@ impl Process {
         mode: SendMode,
     ) -> Result<Request<'s>> {
         let Some(dest) = self.comm.check_rank(self.rank)? else {
-            return Ok(done_request());
+            return Ok(done_request(None));
         };
         check_tag(tag)?;
-        let arg = match send_bytes(buf)? {
+        let bytes = send_bytes(buf)?;
+        if mode == SendMode::Standard
+            && progress::with(|s| s.send_now(self.comm.ctx, dest, tag, &bytes))?
+        {
+            return Ok(done_request(Some(progress::Done::Send(
+                matching::SendOutcome::Sent,
+            ))));
+        }
+        let arg = match bytes {
             std::borrow::Cow::Borrowed(b) => SendArg::Region(scope.lend(b)),
             std::borrow::Cow::Owned(v) => SendArg::Packed(v),
         };
@@ -884,7 +899,7 @@ impl Process {
         let ctx = self.comm.ctx;
         let start = move || -> Result<Request<'s>> {
             let Some(dest) = dest else {
-                return Ok(done_request());
+                return Ok(done_request(None));
             };
             let key = start_send(ctx, dest, tag, SendArg::Region(region), SendMode::Standard)?;
             Ok(Request {

@@ -36,6 +36,13 @@ use std::marker::PhantomData;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(u32);
 
+impl RegionId {
+    /// A small dense index (slots are reused), for side tables indexed by region.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     ptr: *mut u8,
@@ -164,6 +171,52 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
     /// The host this scope lends to.
     pub fn host(&self) -> &'env H {
         self.host
+    }
+}
+
+/// Lends one buffer for reading for the length of `f`: a [`scope`] with a single
+/// region and no allocation, for blocking calls. The region is released, after
+/// [`RegionHost::quiesce`], before `lend` returns or unwinds.
+pub fn lend<H: RegionHost, T>(host: &H, buf: &[u8], f: impl FnOnce(RegionId) -> T) -> T {
+    let slot = Slot {
+        ptr: buf.as_ptr() as *mut u8,
+        len: buf.len(),
+        writable: false,
+    };
+    let lent = Lent::new(host, slot);
+    f(lent.id)
+    // `lent` drops here, while `buf` is still borrowed
+}
+
+/// Lends one buffer for reading and writing for the length of `f` (see [`lend`]).
+pub fn lend_mut<H: RegionHost, T>(host: &H, buf: &mut [u8], f: impl FnOnce(RegionId) -> T) -> T {
+    let slot = Slot {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+        writable: true,
+    };
+    let lent = Lent::new(host, slot);
+    f(lent.id)
+}
+
+/// One lent region, released when dropped (also by unwinding). Only `lend` and
+/// `lend_mut` make one, from a borrow that outlives it.
+struct Lent<'h, H: RegionHost> {
+    host: &'h H,
+    id: RegionId,
+}
+
+impl<'h, H: RegionHost> Lent<'h, H> {
+    fn new(host: &'h H, slot: Slot) -> Self {
+        let id = host.with_regions(|r| r.insert(slot));
+        Lent { host, id }
+    }
+}
+
+impl<H: RegionHost> Drop for Lent<'_, H> {
+    fn drop(&mut self) {
+        self.host.quiesce(&[self.id]);
+        self.host.with_regions(|r| r.remove(self.id));
     }
 }
 
