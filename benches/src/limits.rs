@@ -1,5 +1,6 @@
 //! This machine's physical limits: a raw two-process cache-line ping-pong over a
-//! shared mapping, and memcpy bandwidth.
+//! shared mapping, memcpy bandwidth, and the cost of one cross-memory read
+//! (`process_vm_readv`, the single-copy path of rendezvous and one-sided writes).
 
 use crate::report::Row;
 use std::fs::File;
@@ -132,6 +133,9 @@ pub fn cacheline_pingpong() -> io::Result<(f64, u64)> {
         .arg("__limits-child")
         .arg(&path)
         .spawn()?;
+    // pinned for the measurement only: jobs launched later by this process must not
+    // inherit a one-CPU mask (both ranks would share it)
+    let _unpin = Unpin(rustix::thread::sched_getaffinity(None).ok());
     crate::rank::pin(0, 2);
     let t_ready = Instant::now();
     while w[8].load(Ordering::Acquire) != 1 {
@@ -175,6 +179,17 @@ pub fn cacheline_pingpong() -> io::Result<(f64, u64)> {
     Ok((median(&mut times), n))
 }
 
+/// Restores this thread's CPU affinity when dropped.
+struct Unpin(Option<rustix::thread::CpuSet>);
+
+impl Drop for Unpin {
+    fn drop(&mut self) {
+        if let Some(set) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, set);
+        }
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -199,6 +214,43 @@ pub fn memcpy_bw(size: usize) -> f64 {
     (size * copies) as f64 / median(&mut times) / 1e9
 }
 
+/// Median time (µs) of one `process_vm_readv` of `size` bytes. It reads this process's
+/// own memory (no peer needed); the kernel path (locking the address space, pinning the
+/// pages, copying) is the one a read from a peer takes, though reading a peer measured
+/// somewhat faster here for large sizes.
+pub fn cma_read(size: usize) -> io::Result<f64> {
+    let src = vec![1u8; size];
+    let mut dst = vec![0u8; size];
+    let calls = ((64usize << 20) / size.max(4096)).clamp(16, 20_000);
+    let pid = std::process::id() as libc::pid_t;
+    let mut times = Vec::new();
+    for rep in 0..=REPS {
+        let t = Instant::now();
+        for _ in 0..calls {
+            let local = libc::iovec {
+                iov_base: dst.as_mut_ptr().cast(),
+                iov_len: size,
+            };
+            let remote = libc::iovec {
+                iov_base: src.as_ptr() as *mut libc::c_void,
+                iov_len: size,
+            };
+            // SAFETY: FFI call with one local and one remote iovec describing live,
+            // disjoint buffers of `size` bytes owned by this function (`dst` writable);
+            // the kernel validates the remote range and reports faults as errors.
+            let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+            if n != size as isize {
+                return Err(io::Error::last_os_error());
+            }
+            std::hint::black_box(&mut dst);
+        }
+        if rep > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
+        }
+    }
+    Ok(median(&mut times))
+}
+
 /// Rows for the limits table.
 pub fn measure() -> io::Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -218,6 +270,12 @@ pub fn measure() -> io::Result<Vec<Row>> {
     rows.push(row("cacheline-oneway", 8, line, "us", n));
     for size in [1usize << 20, 4 << 20] {
         rows.push(row("memcpy", size as u64, memcpy_bw(size), "GB/s", REPS));
+    }
+    for size in [8usize, 65536, 1 << 20] {
+        match cma_read(size) {
+            Ok(us) => rows.push(row("cma-read", size as u64, us, "us", REPS)),
+            Err(e) => eprintln!("rsmpi-bench: limits: process_vm_readv unavailable: {e}"),
+        }
     }
     Ok(rows)
 }

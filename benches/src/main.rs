@@ -260,7 +260,12 @@ fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
                         cli,
                         "table1-cell",
                         2,
-                        &[("RSMPI_MATCHING", m), ("RSMPI_PROTOCOL", p)],
+                        // the paper's dual matching advertises every receive
+                        &[
+                            ("RSMPI_MATCHING", m),
+                            ("RSMPI_PROTOCOL", p),
+                            ("RSMPI_ADVERTISE", "always"),
+                        ],
                         4,
                         4,
                     )?);

@@ -1,8 +1,46 @@
-//! `--plot FILE.svg`: latency and bandwidth against message size, one line per
-//! implementation (log-log), as an SVG drawn by plotters' pure-Rust SVG backend.
+//! `--plot FILE.png` (or `FILE.svg`): latency and bandwidth against message size, one
+//! line per implementation (log-log), drawn by plotters' pure-Rust backends. PNG text
+//! is rendered with ab_glyph from a TrueType font found at run time ([`FONTS`], or
+//! `RSMPI_PLOT_FONT=path.ttf`); SVG needs no font.
 
 use crate::report::Row;
+use plotters::coord::Shift;
 use plotters::prelude::*;
+
+/// Where a sans-serif TrueType font is looked for (Debian's fonts-dejavu-core first).
+pub const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+/// Registers a font for PNG text once per process.
+fn register_font() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let paths: Vec<String> = match std::env::var("RSMPI_PLOT_FONT") {
+            Ok(p) => vec![p],
+            Err(_) => FONTS.iter().map(|s| s.to_string()).collect(),
+        };
+        let bytes = paths
+            .iter()
+            .find_map(|p| std::fs::read(p).ok())
+            .ok_or_else(|| {
+                format!(
+                    "a PNG plot needs a TrueType font and none was found (looked at {}); \
+                 install one (apt-get install fonts-dejavu-core), set RSMPI_PLOT_FONT=path.ttf, \
+                 or write an SVG with --plot FILE.svg",
+                    paths.join(", ")
+                )
+            })?;
+        // registered fonts live for the whole process
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| "the font file is not a usable TrueType font".to_string())
+    })
+    .clone()
+}
 
 /// One color per implementation; the second series of a panel (pre-posted, bibw)
 /// is drawn thinner with point markers.
@@ -16,15 +54,21 @@ fn color(implementation: &str) -> RGBColor {
     }
 }
 
-/// Draws the `latency` and `bw` rows (and the pre-posted ping-pong, if present).
+/// Draws the `latency` and `bw` rows (and the pre-posted ping-pong, if present) to a
+/// `.png` or `.svg` file.
 pub fn draw(path: &std::path::Path, rows: &[Row]) -> Result<(), String> {
-    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
-        return Err(
-            "only .svg is supported (PNG would need system font libraries); use --plot FILE.svg"
-                .into(),
-        );
+    const SIZE: (u32, u32) = (1200, 500);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => panels(SVGBackend::new(path, SIZE).into_drawing_area(), rows),
+        Some("png") => {
+            register_font()?;
+            panels(BitMapBackend::new(path, SIZE).into_drawing_area(), rows)
+        }
+        _ => Err("the plot file must end in .png or .svg".into()),
     }
-    let root = SVGBackend::new(path, (1200, 500)).into_drawing_area();
+}
+
+fn panels<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, rows: &[Row]) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (left, right) = root.split_horizontally(600);
     panel(
@@ -47,10 +91,8 @@ pub fn draw(path: &std::path::Path, rows: &[Row]) -> Result<(), String> {
 /// One line: its legend, implementation, whether it is a panel's second series, points.
 type Line<'a> = (String, &'a str, bool, Vec<(f64, f64)>);
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
-
-fn panel(
-    area: &Area,
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
     rows: &[Row],
     title: &str,
     ylabel: &str,

@@ -253,6 +253,7 @@ fn print_limits(rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
         let what = match r.metric.as_str() {
             "cacheline-oneway" => "two-process cache-line ping-pong, one-way".to_string(),
             "memcpy" => format!("memcpy {} bandwidth", human(r.size)),
+            "cma-read" => format!("process_vm_readv {} (one call)", human(r.size)),
             "rsmpi-latency-ratio" => {
                 format!("rsmpi {} latency / cache-line one-way", human(r.size))
             }

@@ -14,18 +14,22 @@ pub struct Universe {
 }
 
 /// Messages up to this size travel inside the send request (eager); larger ones by
-/// rendezvous. On shared memory one copy through the ring beats a one-sided
-/// `process_vm_readv`/`writev` up to about this size (docs/performance.md).
-pub const DEFAULT_EAGER_LIMIT: u64 = 16384;
+/// rendezvous. On shared memory a copy into the ring and one out of it beat a
+/// `process_vm_readv`/`writev`, which costs over a microsecond before it copies
+/// anything, up to at least this size (docs/performance.md); it is also the largest
+/// record of the shared-memory ring.
+pub const DEFAULT_EAGER_LIMIT: u64 = 65536;
 /// Direct writes up to this size ride inside their notice.
-pub const DEFAULT_INLINE_LIMIT: u64 = 16384;
+pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 
 /// Reads the protocol switches from the environment:
 /// `RSMPI_MATCHING=both|receiver`, `RSMPI_PROTOCOL=eager|get|sync`,
 /// `RSMPI_EAGER_LIMIT=bytes` (default [`DEFAULT_EAGER_LIMIT`]), `RSMPI_INLINE_LIMIT=bytes`
 /// (direct writes up to this size travel inline in their notice instead of by a
-/// one-sided write; default [`DEFAULT_INLINE_LIMIT`], 0 = always one-sided). Every rank of a job must see the same values (rsmpirun
-/// passes its environment to all ranks).
+/// one-sided write; default [`DEFAULT_INLINE_LIMIT`], 0 = always one-sided),
+/// `RSMPI_ADVERTISE=adaptive|always` (default adaptive: see `Config::adapt_after`).
+/// Every rank of a job must see the same values (rsmpirun passes its environment to
+/// all ranks).
 pub fn config_from_env() -> Result<Config> {
     let mut c = Config {
         eager_limit: DEFAULT_EAGER_LIMIT,
@@ -64,6 +68,17 @@ pub fn config_from_env() -> Result<Config> {
         c.eager_limit = v
             .parse()
             .map_err(|_| Error::Transport(format!("RSMPI_EAGER_LIMIT={v}")))?;
+    }
+    if let Ok(v) = std::env::var("RSMPI_ADVERTISE") {
+        match v.as_str() {
+            "adaptive" => {}
+            "always" => c.adapt_after = 0,
+            _ => {
+                return Err(Error::Transport(format!(
+                    "RSMPI_ADVERTISE={v}: expected adaptive or always"
+                )))
+            }
+        }
     }
     Ok(c)
 }

@@ -1,7 +1,7 @@
 //! Fault injection for testing the test suite (cargo feature `fault-injection`, off by
 //! default): with `RSMPI_FAULT=reorder|drop|duplicate`, the 20th message carrying or
 //! announcing a payload (eager send request, direct-write notice) that a rank receives
-//! is delivered after the same peer's next message, not at all, or twice. The conformance suite uses it to show that its checks catch reordering, loss
+//! is delivered after the same peer's next such message, not at all, or twice. The conformance suite uses it to show that its checks catch reordering, loss
 //! and duplication; nothing else ever sets it.
 
 use matching::wire::{self, Body, Ctrl};
@@ -132,8 +132,10 @@ impl Transport for Faulty {
                     }
                 }
             }
+            let payload = is_eager(&b);
             f(r, &b);
-            if self.held.as_ref().is_some_and(|(hr, _)| *hr == r) {
+            // the held message goes after the same peer's next payload message
+            if payload && self.held.as_ref().is_some_and(|(hr, _)| *hr == r) {
                 let (hr, hb) = self.held.take().expect("held");
                 f(hr, &hb);
                 self.done = true;

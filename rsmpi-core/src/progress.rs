@@ -544,6 +544,10 @@ impl RegionHost for Host {
             return;
         }
         let pending: Vec<Key> = with(|s| {
+            if ids.iter().all(|id| s.by_region.get(id).is_none()) {
+                // the common case (a blocking call's buffer): nothing left to cancel
+                return Vec::new();
+            }
             let keys: Vec<Key> = ids
                 .iter()
                 .filter_map(|id| s.by_region.get(id).copied())

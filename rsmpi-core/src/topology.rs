@@ -177,20 +177,19 @@ impl SimpleCommunicator {
     /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
     /// a freed communicator.
     fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
-        if r == PROC_NULL {
-            self.check_live()?;
+        progress::try_with(|s| self.check_rank_in(s, r))?
+    }
+
+    /// `check_rank` on the library state the caller already holds.
+    fn check_rank_in(&self, s: &progress::State, r: Rank) -> Result<Option<u32>> {
+        let ctx = self.ctx & !INTERNAL;
+        if s.freed.contains(&ctx) {
+            Err(Error::Comm(ctx))
+        } else if r == PROC_NULL {
             Ok(None)
         } else if (0..self.size).contains(&r) {
-            let ctx = self.ctx & !INTERNAL;
-            progress::try_with(|s| {
-                if s.freed.contains(&ctx) {
-                    Err(Error::Comm(ctx))
-                } else {
-                    Ok(Some(s.world_rank(self.ctx, r)))
-                }
-            })?
+            Ok(Some(s.world_rank(self.ctx, r)))
         } else {
-            self.check_live()?;
             Err(Error::InvalidRank {
                 rank: r,
                 size: self.size,
@@ -407,15 +406,24 @@ fn recv_dst(region: RegionId, layout: Option<(&crate::Datatype, usize)>) -> Resu
 }
 
 fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
-    let Some(dest) = p.comm.check_rank(p.rank)? else {
+    let bytes = send_bytes(buf);
+    // one visit to the library state: check the rank and the tag, try the fast path
+    let dest = progress::try_with(|s| -> Result<Option<u32>> {
+        let Some(dest) = p.comm.check_rank_in(s, p.rank)? else {
+            return Ok(None); // PROC_NULL
+        };
+        check_tag(tag)?;
+        if let (SendMode::Standard, Ok(b)) = (mode, &bytes) {
+            if s.send_now(p.comm.ctx, dest, tag, b)? {
+                return Ok(None); // sent and complete
+            }
+        }
+        Ok(Some(dest))
+    })??;
+    let Some(dest) = dest else {
         return Ok(());
     };
-    check_tag(tag)?;
-    let bytes = send_bytes(buf)?;
-    if mode == SendMode::Standard && progress::with(|s| s.send_now(p.comm.ctx, dest, tag, &bytes))?
-    {
-        return Ok(());
-    }
+    let bytes = bytes?;
     transport::mem::lend(&progress::HOST, &bytes, |region| {
         let key = start_send(p.comm.ctx, dest, tag, SendArg::Region(region), mode)?;
         finish(progress::wait(key), 0, 0, 0).map(|_| ())

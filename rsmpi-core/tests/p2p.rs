@@ -64,9 +64,10 @@ fn preposted_receives_take_the_one_sided_path() {
     job(2, "preposted_receives_take_the_one_sided_path", |u| {
         let w = u.world();
         const N: usize = 50;
+        const LEN: usize = 16384;
         if w.rank() == 1 {
-            // larger than the inline limit (16 KiB): these take the one-sided write
-            let mut bufs = vec![[0u64; 4096]; N];
+            // larger than the inline limit (64 KiB): these take the one-sided write
+            let mut bufs = vec![[0u64; LEN]; N];
             request::scope(|sc| {
                 let reqs: Vec<_> = bufs
                     .iter_mut()
@@ -82,20 +83,20 @@ fn preposted_receives_take_the_one_sided_path() {
                     let st = r.wait();
                     assert_eq!(
                         (st.source_rank(), st.tag(), st.count::<u64>()),
-                        (0, 3, 4096),
+                        (0, 3, LEN),
                         "receive {i}"
                     );
                 }
             });
             for (i, b) in bufs.iter().enumerate() {
-                assert_eq!(b, &[i as u64; 4096]);
+                assert_eq!(b, &[i as u64; LEN]);
             }
             w.process_at_rank(0).send(&0u8);
         } else {
             w.barrier();
             let t = Instant::now();
             for i in 0..N {
-                w.process_at_rank(1).send_with_tag(&[i as u64; 4096][..], 3);
+                w.process_at_rank(1).send_with_tag(&[i as u64; LEN][..], 3);
             }
             let took = t.elapsed();
             let s = u.stats();

@@ -73,10 +73,14 @@
 //!
 //! # Capabilities
 //!
-//! * [`Caps::max_ctrl`] = [`MAX_CTRL`] = 16 KiB + 120 bytes (a maximum record is 258 lines).
-//! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 125: that many messages of *any* sizes up
-//!   to `max_ctrl` always fit in a ring at once (`(125 + 2 pads) * max record <= 2 MiB`).
-//!   Smaller messages fit in larger numbers (up to 32 767 one-line records).
+//! * [`Caps::max_ctrl`] = [`MAX_CTRL`] = 64 KiB + 120 bytes (a maximum record is 1026
+//!   lines): eager messages up to 64 KiB travel through the ring, because one copy in
+//!   and one out (about 0.6 µs each for 64 KiB here) beats `process_vm_readv`, which
+//!   costs about 1.7 µs before it copies a byte (docs/performance.md).
+//! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 29: that many messages of *any* sizes up
+//!   to `max_ctrl` always fit in a ring at once (`(29 + 2 pads) * max record <= 2 MiB`);
+//!   rsmpi sizes its credits to that (16, returned at 8). Smaller messages fit in
+//!   larger numbers (up to 32 767 one-line records).
 //! * `put`/`get`: `true` when the CMA probe succeeded with every peer.
 //!
 //! # One-sided

@@ -21,8 +21,9 @@ fn solo(role: &str) -> (ShmTransport, String, std::path::PathBuf) {
 fn caps() {
     let (t, job, dir) = solo("caps");
     let c = t.caps();
-    assert!(c.max_ctrl >= 16 * 1024 + 64, "{c:?}");
-    assert!(c.ctrl_slots >= 64, "{c:?}");
+    // a 64 KiB eager payload plus a header fits; enough slots for rsmpi's 16 credits
+    assert!(c.max_ctrl >= 64 * 1024 + 64, "{c:?}");
+    assert!(c.ctrl_slots >= 20, "{c:?}");
     assert_eq!((c.max_ctrl, c.ctrl_slots), (MAX_CTRL, CTRL_SLOTS));
     assert!(c.put && c.get, "{c:?}");
     assert_eq!((t.rank(), t.size()), (0, 1));
