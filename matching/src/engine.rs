@@ -156,6 +156,8 @@ struct Peer {
     /// Receives still to leave unadvertised, and the length of the current pause.
     pause_left: u32,
     pause_len: u32,
+    /// The last receive left unadvertised by a pause (it may have completed since).
+    paused_recv: Option<RecvId>,
     // flow control
     credits: u32,
     owed: u32,
@@ -460,7 +462,8 @@ impl Engine {
             && st.buf.is_some()
             && match spec.source {
                 Source::Rank(r) => {
-                    paused = self.paused(r);
+                    self.resume(r);
+                    paused = self.paused(r, id);
                     !paused
                 }
                 Source::Any => false,
@@ -530,13 +533,14 @@ impl Engine {
         st.blocker
     }
 
-    /// Adaptive advertising: whether a receive from `peer` posted now stays
+    /// Adaptive advertising: whether receive `id` from `peer`, posted now, stays
     /// unadvertised (counts it if so).
-    fn paused(&mut self, peer: Rank) -> bool {
+    fn paused(&mut self, peer: Rank, id: RecvId) -> bool {
         let p = &mut self.peers[peer as usize];
         if p.pause_left == 0 {
             return false;
         }
+        p.paused_recv = Some(id);
         p.pause_left -= 1;
         if p.pause_left == 0 {
             // on probation: one more wasted advertisement starts a longer pause
@@ -544,6 +548,38 @@ impl Engine {
         }
         self.stats.paused += 1;
         true
+    }
+
+    /// A receive from `peer` is being posted while the last paused one is still
+    /// pending: the receiver is posting ahead of the sender, so advertisements can
+    /// arrive in time again. Ends the pause, and advertises that paused receive now if
+    /// it is the only blocker of its context (rule 15: it is then exactly a held
+    /// receive being released, rule 3).
+    fn resume(&mut self, peer: Rank) {
+        let Some(r) = self.peers[peer as usize].paused_recv.take() else {
+            return;
+        };
+        if !self.posted.contains(r.0) || self.cfg.mutation == Mutation::PausedNoHold {
+            return;
+        }
+        let p = &mut self.peers[peer as usize];
+        p.pause_left = 0;
+        p.wasted_run = 0;
+        p.pause_len = self.cfg.adapt_pause;
+        let st = self.recvs.get_mut(&r).expect("posted receive");
+        let ctx = st.ctx;
+        let cancelling = matches!(
+            st.stage,
+            RStage::Posted {
+                cancelling: true,
+                ..
+            }
+        );
+        if self.blockers.get(&ctx) == Some(&1) && !cancelling {
+            st.blocker = false;
+            self.advertise(r);
+            self.unblock(ctx);
+        }
     }
 
     /// An advertised receive from `peer` was matched by a send request (`wasted`) or
