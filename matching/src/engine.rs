@@ -306,8 +306,9 @@ impl Engine {
     /// Queues a control message (and the action carrying it) towards `to`, subject to
     /// credits. Credit messages bypass the queue.
     fn emit(&mut self, to: Rank, q: Queued) {
+        let cost = self.cost(&q);
         let p = &mut self.peers[to as usize];
-        if p.credits == 0 || !p.outbox.is_empty() {
+        if p.credits < cost || !p.outbox.is_empty() {
             if p.outbox.is_empty() {
                 self.stats.credit_stalls += 1;
             }
@@ -317,9 +318,16 @@ impl Engine {
         self.transmit(to, q);
     }
 
+    /// Credits a queued message costs (rule 13).
+    fn cost(&self, q: &Queued) -> u32 {
+        let Queued::Ctrl { payload, .. } = q;
+        self.cfg.credit_cost(payload.map_or(0, |(_, len)| len))
+    }
+
     fn transmit(&mut self, to: Rank, q: Queued) {
+        let cost = self.cost(&q);
         let p = &mut self.peers[to as usize];
-        p.credits -= 1;
+        p.credits -= cost;
         let credit = std::mem::take(&mut p.owed);
         match q {
             Queued::Ctrl { msg, payload, done } => {
@@ -341,10 +349,11 @@ impl Engine {
     }
 
     fn flush(&mut self, to: Rank) {
-        while self.peers[to as usize].credits > 0 {
-            let Some(q) = self.peers[to as usize].outbox.pop_front() else {
+        while let Some(q) = self.peers[to as usize].outbox.front() {
+            if self.peers[to as usize].credits < self.cost(q) {
                 break;
-            };
+            }
+            let q = self.peers[to as usize].outbox.pop_front().expect("front");
             self.transmit(to, q);
         }
     }
@@ -362,10 +371,10 @@ impl Engine {
 
     /// Counts a consumed message from `from`; returns credits explicitly when many are
     /// owed and the queue towards `from` will not carry them soon.
-    fn consumed(&mut self, from: Rank) {
+    fn consumed(&mut self, from: Rank, cost: u32) {
         let lw = self.cfg.low_water;
         let p = &mut self.peers[from as usize];
-        p.owed += 1;
+        p.owed += cost;
         if p.owed >= lw {
             let credit = std::mem::take(&mut p.owed);
             // The credit overtakes whatever waits in the outbox, so its `m` must not
@@ -931,16 +940,14 @@ impl Engine {
         self.check_rank(spec.dest)?;
         Self::check_tag(spec.tag)?;
         let p = &mut self.peers[spec.dest as usize];
-        if spec.mode != SendMode::Standard
-            || !self.out.is_empty()
-            || p.credits == 0
-            || !p.outbox.is_empty()
-        {
+        if spec.mode != SendMode::Standard || !self.out.is_empty() || !p.outbox.is_empty() {
             return Ok(None);
         }
-        let (msg, len) = if let Some((k, adv)) = p.adv.find_match(spec.ctx, spec.tag) {
+        let cfg = &self.cfg;
+        let (msg, len, cost) = if let Some((k, adv)) = p.adv.find_match(spec.ctx, spec.tag) {
             let len = spec.len.min(adv.buf.len);
-            if len > self.cfg.inline_limit {
+            let cost = cfg.credit_cost(len);
+            if len > cfg.inline_limit || p.credits < cost {
                 return Ok(None);
             }
             p.adv.kill(k);
@@ -952,8 +959,12 @@ impl Engine {
                 len,
                 msg_len: spec.len,
             };
-            (msg, len)
-        } else if self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit {
+            (msg, len, cost)
+        } else if cfg.protocol == RecvProtocol::Eager && spec.len <= cfg.eager_limit {
+            let cost = cfg.credit_cost(spec.len);
+            if p.credits < cost {
+                return Ok(None);
+            }
             p.sendreq_sent += 1;
             p.crossing.push(p.sendreq_sent, spec.ctx, spec.tag);
             self.stats.eager_sends += 1;
@@ -964,11 +975,11 @@ impl Engine {
                 flags: SendFlags::default(),
                 body: Body::Eager,
             };
-            (msg, spec.len)
+            (msg, spec.len, cost)
         } else {
             return Ok(None);
         };
-        p.credits -= 1;
+        p.credits -= cost;
         let credit = std::mem::take(&mut p.owed);
         Ok(Some((wire::encode(&Frame { credit, msg }), len)))
     }
@@ -1014,7 +1025,8 @@ impl Engine {
                 .ok_or_else(|| violation("returned more credits than it was given"))?;
         }
         if frame.msg.consumes_credit() {
-            self.consumed(from);
+            let cost = self.cfg.credit_cost((bytes.len() - hl) as u64);
+            self.consumed(from, cost);
         }
         let mut deliver = None;
         match frame.msg {

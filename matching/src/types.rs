@@ -166,6 +166,13 @@ pub struct Config {
     pub credits: u32,
     /// A receiver returns credits in an explicit message once this many are owed.
     pub low_water: u32,
+    /// Size-weighted credits: with `credit_unit` = U > 0 a message carrying `p` payload
+    /// bytes costs `1 + p / U` credits, so a channel sized in bytes holds many small
+    /// messages or few large ones; 0 = one credit per message. A cost is capped at
+    /// `credits - low_water + 1`: a sender short of credits then always has at least
+    /// `low_water` owed to it, which the receiver returns explicitly (no deadlock).
+    /// Choose `credits` so that the largest message stays under the cap.
+    pub credit_unit: u64,
     /// Adaptive advertising: once this many receives advertised to one peer in a row
     /// were matched by that peer's send requests instead (the peer sent before it saw
     /// them: the advertisement was wasted), the next `adapt_pause` receives from that
@@ -188,6 +195,7 @@ impl Default for Config {
             inline_limit: 0,
             credits: 32,
             low_water: 16,
+            credit_unit: 0,
             adapt_after: 4,
             adapt_pause: 64,
             mutation: Mutation::None,
@@ -196,9 +204,22 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Ring capacity (messages per ordered pair) a transport needs for these settings.
+    /// Ring capacity (messages per ordered pair) a transport needs for these settings
+    /// when credits count messages (`credit_unit` = 0).
     pub fn ring_slots_needed(&self) -> u32 {
         self.credits + self.credits / self.low_water.max(1) + 2
+    }
+
+    /// Credits a message with `payload` bytes of payload costs (the sender and the
+    /// receiver both compute it from the payload length).
+    pub fn credit_cost(&self, payload: u64) -> u32 {
+        match payload.checked_div(self.credit_unit) {
+            None => 1,
+            Some(units) => {
+                let cap = self.credits.saturating_sub(self.low_water) + 1;
+                (1 + units).min(u64::from(cap)) as u32
+            }
+        }
     }
 }
 

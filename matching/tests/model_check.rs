@@ -308,6 +308,14 @@ fn exhaustive_default_bounds() {
             })),
         ),
         (
+            "F (3 sends, 3 credits weighted by size)",
+            phase_f(cfg(|c| {
+                c.credits = 3;
+                c.low_water = 1;
+                c.credit_unit = 2;
+            })),
+        ),
+        (
             "F (3 sends, 2 credits, returned in pairs)",
             phase_f(cfg(|c| {
                 c.credits = 2;
@@ -528,6 +536,7 @@ fn random_walks_random_programs() {
             c.inline_limit = if next(2) == 0 { 0 } else { SMALL };
             c.adapt_after = next(3) as u32;
             c.adapt_pause = 1 + next(2) as u32;
+            c.credit_unit = [0, 1, 2][next(3) as usize];
             c.protocol = match next(4) {
                 0 => RecvProtocol::Get,
                 1 => RecvProtocol::Sync,

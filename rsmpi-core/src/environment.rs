@@ -83,6 +83,30 @@ pub fn config_from_env() -> Result<Config> {
     Ok(c)
 }
 
+/// Sizes the protocol's credits to what the transport's channel to one peer holds.
+fn size_credits(cfg: &mut Config, caps: &transport::Caps) {
+    if caps.ring_bytes > 0 {
+        // weighed by size: one credit per started KiB of payload. A message costing c
+        // credits carries under c KiB, so its record (header word, protocol header,
+        // rounding to a line) is under c * PER bytes; explicit credit returns (one
+        // line each, at most credits / low_water + 2 in flight) get their own room.
+        const UNIT: u64 = 1024;
+        const PER: u64 = UNIT + 8 + matching::wire::MAX_HEADER as u64 + 64;
+        let room = caps.ring_bytes as u64 - 16 * 64;
+        let credits = (room / PER).min(u64::from(u32::MAX)) as u32;
+        if credits >= 8 {
+            cfg.credit_unit = UNIT;
+            cfg.credits = credits;
+            cfg.low_water = credits / 4;
+            return;
+        }
+    }
+    while cfg.ring_slots_needed() as usize > caps.ctrl_slots && cfg.credits > 1 {
+        cfg.credits /= 2;
+        cfg.low_water = (cfg.credits / 2).max(1);
+    }
+}
+
 /// Initializes MPI (`MPI_Init`): joins the job started by `rsmpirun` (or runs as a
 /// job of one rank when started directly).
 pub fn initialize() -> Result<Universe> {
@@ -128,10 +152,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         .eager_limit
         .min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
     cfg.inline_limit = cfg.inline_limit.min(cfg.eager_limit);
-    while cfg.ring_slots_needed() as usize > caps.ctrl_slots && cfg.credits > 1 {
-        cfg.credits /= 2;
-        cfg.low_water = (cfg.credits / 2).max(1);
-    }
+    size_credits(&mut cfg, &caps);
     let me = boot.rank();
     let engine = Engine::new(me, boot.size(), cfg);
     progress::install(State {

@@ -79,8 +79,10 @@
 //!   costs about 1.7 µs before it copies a byte (docs/performance.md).
 //! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 29: that many messages of *any* sizes up
 //!   to `max_ctrl` always fit in a ring at once (`(29 + 2 pads) * max record <= 2 MiB`);
-//!   rsmpi sizes its credits to that (16, returned at 8). Smaller messages fit in
-//!   larger numbers (up to 32 767 one-line records).
+//!   smaller messages fit in larger numbers (up to 32 767 one-line records).
+//! * [`Caps::ring_bytes`] = 2 MiB less two maximum records: rsmpi weighs its credits
+//!   by message size against it (one credit per started KiB of payload), so that
+//!   thousands of small control messages can be in flight, not 29.
 //! * `put`/`get`: `true` when the CMA probe succeeded with every peer.
 //!
 //! # One-sided
@@ -398,6 +400,9 @@ impl Transport for ShmTransport {
         Caps {
             max_ctrl: MAX_CTRL,
             ctrl_slots: CTRL_SLOTS,
+            // two wrap-around pads (each shorter than a maximum record) may sit in
+            // the ring besides the messages
+            ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD,
             put: self.cma,
             get: self.cma,
         }

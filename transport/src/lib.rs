@@ -28,7 +28,7 @@
 //! impl Transport for Loopback {
 //!     fn rank(&self) -> Rank { 0 }
 //!     fn size(&self) -> u32 { 1 }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, put: false, get: false } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false } }
 //!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
 //!         self.0.push_back([header, payload].concat());
 //!         Ok(())
@@ -78,6 +78,13 @@ pub struct Caps {
     /// Control messages that may be in flight to one peer before `try_send` reports
     /// `Full` (the receiving ring's capacity). The protocol's credits never exceed it.
     pub ctrl_slots: usize,
+    /// Bytes of one peer's receiving channel that messages in flight may fill, or 0
+    /// when the channel counts messages, not bytes. With it the protocol weighs its
+    /// credits by message size, so that many small messages can be in flight where
+    /// only `ctrl_slots` maximum-size ones fit. The transport reserves its own slack
+    /// (wrap-around padding) before reporting it; each message takes its length
+    /// rounded up to 64 bytes plus 8.
+    pub ring_bytes: usize,
     /// One-sided write into exposed peer memory is available.
     pub put: bool,
     /// One-sided read from exposed peer memory is available.
