@@ -68,6 +68,7 @@ impl AdvTable {
     /// Marks entry k consumed; returns it if it was live.
     pub fn kill(&mut self, k: u64) -> Option<Adv> {
         let mut e = self.live.remove(&k)?;
+        self.live.shrink_if_empty();
         e.live = false;
         Some(e)
     }

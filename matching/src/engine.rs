@@ -414,6 +414,7 @@ impl Engine {
         let Some(st) = self.sends.remove(&s) else {
             return;
         };
+        self.sends.shrink_if_empty();
         if let Some(i) = st.i {
             self.peers[st.dest as usize].waiting.remove(&i);
         }
@@ -429,6 +430,7 @@ impl Engine {
 
     fn finish_recv(&mut self, r: RecvId, outcome: RecvOutcome) {
         self.recvs.remove(&r);
+        self.recvs.shrink_if_empty();
         self.out.push_back(Output::RecvDone { recv: r, outcome });
     }
 
@@ -620,7 +622,9 @@ impl Engine {
             let Source::Rank(p) = st.source else {
                 unreachable!()
             };
-            self.peers[p as usize].adv_recv.remove(&k);
+            let adv_recv = &mut self.peers[p as usize].adv_recv;
+            adv_recv.remove(&k);
+            adv_recv.shrink_if_empty();
         }
         st
     }

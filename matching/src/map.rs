@@ -15,6 +15,17 @@ impl<K: Eq + Hash, V> Default for HMap<K, V> {
     }
 }
 
+impl<K: Eq + Hash, V> HMap<K, V> {
+    /// Frees a large table once it is empty again: after a burst (thousands of
+    /// pre-posted receives) the hot steady state would otherwise spread its few
+    /// entries over a table far larger than the L1 cache.
+    pub fn shrink_if_empty(&mut self) {
+        if self.0.is_empty() && self.0.capacity() > 256 {
+            self.0.shrink_to(0);
+        }
+    }
+}
+
 impl<K: Eq + Hash, V> Deref for HMap<K, V> {
     type Target = FxHashMap<K, V>;
     fn deref(&self) -> &Self::Target {

@@ -40,6 +40,7 @@ impl Posted {
         match self.live.remove(&seq) {
             Some(key) => {
                 self.wild -= usize::from(is_wild(&key));
+                self.live.shrink_if_empty();
                 true
             }
             None => false,

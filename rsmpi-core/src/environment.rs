@@ -19,7 +19,9 @@ pub struct Universe {
 /// anything, up to at least this size (docs/performance.md); it is also the largest
 /// record of the shared-memory ring.
 pub const DEFAULT_EAGER_LIMIT: u64 = 65536;
-/// Direct writes up to this size ride inside their notice.
+/// Direct writes up to this size ride inside their notice (the receiver copies them
+/// out of the ring, which beats a `process_vm_writev` by the sender up to here); larger
+/// ones are written one-sided by the sender, leaving the receiver's CPU free.
 pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 
 /// Reads the protocol switches from the environment:

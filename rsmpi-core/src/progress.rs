@@ -403,6 +403,7 @@ impl State {
                             self.fatal("unpack", &e);
                         }
                     }
+                    shrink_if_empty(&mut self.recv_dst);
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
@@ -423,6 +424,14 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// Frees a large table once it is empty again (after a burst of requests the steady
+/// state would otherwise spread its few entries over a table larger than the L1 cache).
+fn shrink_if_empty<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.is_empty() && m.capacity() > 256 {
+        m.shrink_to(0);
     }
 }
 
@@ -501,6 +510,7 @@ pub(crate) fn wait(key: Key) -> Done {
     loop {
         let (got, moved) = with(|s| {
             if let Some(d) = s.done.remove(&key) {
+                shrink_if_empty(&mut s.done);
                 return (Some(d), true);
             }
             let moved = s.progress();
