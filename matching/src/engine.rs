@@ -471,6 +471,7 @@ impl Engine {
         let mut paused = false;
         let advertisable = self.cfg.matching == MatchingMode::Both
             && st.buf.is_some()
+            && spec.capacity > self.cfg.advertise_above
             && match spec.source {
                 Source::Rank(r) => {
                     self.resume(r);

@@ -182,6 +182,12 @@ pub struct Config {
     pub adapt_after: u32,
     /// See `adapt_after`.
     pub adapt_pause: u32,
+    /// Receives whose capacity is at most this many bytes are not advertised (they
+    /// are matched here and hold later receives back, as paused ones do). With the
+    /// eager protocol a message that fits the eager limit costs one control message
+    /// either way, so advertising such a receive only adds its receive request; rsmpi
+    /// sets this to the eager limit. 0 = advertise receives of every size.
+    pub advertise_above: u64,
     #[doc(hidden)]
     pub mutation: Mutation,
 }
@@ -198,6 +204,7 @@ impl Default for Config {
             credit_unit: 0,
             adapt_after: 4,
             adapt_pause: 64,
+            advertise_above: 0,
             mutation: Mutation::None,
         }
     }

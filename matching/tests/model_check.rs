@@ -247,6 +247,10 @@ fn exhaustive_default_bounds() {
             phase_a(cfg(|c| c.inline_limit = SMALL)),
         ),
         ("A (adaptive advertising)", phase_a(cfg(adaptive))),
+        (
+            "A (receives too small to advertise)",
+            phase_a(cfg(|c| c.advertise_above = CAP)),
+        ),
         ("B (2 senders)", phase_b(both, 2)),
         (
             "B (2 senders, adaptive advertising)",
@@ -537,6 +541,7 @@ fn random_walks_random_programs() {
             c.adapt_after = next(3) as u32;
             c.adapt_pause = 1 + next(2) as u32;
             c.credit_unit = [0, 1, 2][next(3) as usize];
+            c.advertise_above = if next(4) == 0 { CAP } else { 0 };
             c.protocol = match next(4) {
                 0 => RecvProtocol::Get,
                 1 => RecvProtocol::Sync,

@@ -305,6 +305,7 @@ const SMALL_CFG: Config = Config {
     credit_unit: 4,
     adapt_after: 1,
     adapt_pause: 1,
+    advertise_above: 0,
     mutation: Mutation::None,
 };
 

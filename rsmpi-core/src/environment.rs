@@ -29,7 +29,10 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_EAGER_LIMIT=bytes` (default [`DEFAULT_EAGER_LIMIT`]), `RSMPI_INLINE_LIMIT=bytes`
 /// (direct writes up to this size travel inline in their notice instead of by a
 /// one-sided write; default [`DEFAULT_INLINE_LIMIT`], 0 = always one-sided),
-/// `RSMPI_ADVERTISE=adaptive|always` (default adaptive: see `Config::adapt_after`).
+/// `RSMPI_ADVERTISE=adaptive|always` (default adaptive: receives that eager messages
+/// fit are not advertised under the eager protocol, and a sender whose sends keep
+/// crossing the advertisements gets none for a while: `Config::advertise_above`,
+/// `Config::adapt_after`; always = advertise every receive, as the paper does).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {
@@ -71,10 +74,18 @@ pub fn config_from_env() -> Result<Config> {
             .parse()
             .map_err(|_| Error::Transport(format!("RSMPI_EAGER_LIMIT={v}")))?;
     }
+    // with the eager protocol a receive that eager messages fit gains nothing from
+    // being advertised (docs/protocol.md rule 15)
+    if c.protocol == RecvProtocol::Eager {
+        c.advertise_above = c.eager_limit;
+    }
     if let Ok(v) = std::env::var("RSMPI_ADVERTISE") {
         match v.as_str() {
             "adaptive" => {}
-            "always" => c.adapt_after = 0,
+            "always" => {
+                c.adapt_after = 0;
+                c.advertise_above = 0;
+            }
             _ => {
                 return Err(Error::Transport(format!(
                     "RSMPI_ADVERTISE={v}: expected adaptive or always"
@@ -154,6 +165,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         .eager_limit
         .min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
     cfg.inline_limit = cfg.inline_limit.min(cfg.eager_limit);
+    cfg.advertise_above = cfg.advertise_above.min(cfg.eager_limit);
     size_credits(&mut cfg, &caps);
     let me = boot.rank();
     let engine = Engine::new(me, boot.size(), cfg);
