@@ -322,13 +322,17 @@ fn driver(cli: &Cli) -> i32 {
         Vec::new()
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    // the machine's state (how far apart its two CPUs are) can change during a run,
+    // which makes figures measured at different times incomparable: bracket the run
+    let line_before = limits::cacheline_pingpong().ok().map(|(us, _)| us);
     println!(
-        "# rsmpi-bench {bench}{}: sizes {}..{} B, {} run(s) per figure (median), load average at start: {}",
+        "# rsmpi-bench {bench}{}: sizes {}..{} B, {} run(s) per figure (median), load average at start: {}, cache-line one-way at start: {}",
         if cli.quick { " (quick)" } else { "" },
         cli.min_size,
         cli.max_size,
         cli.runs.max(1),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        line_before.map_or("-".into(), |us| format!("{us:.3} us"))
     );
     println!();
     let mut all_rows: Vec<Row> = Vec::new();
@@ -382,6 +386,17 @@ fn driver(cli: &Cli) -> i32 {
         }
         report::print_tables(&rows, &mut std::io::stdout()).expect("stdout");
         all_rows.extend(rows);
+    }
+    let line_after = limits::cacheline_pingpong().ok().map(|(us, _)| us);
+    if let (Some(a), Some(b)) = (line_before, line_after) {
+        println!("# cache-line one-way at end: {b:.3} us (at start: {a:.3} us)");
+        if a.max(b) > 2.0 * a.min(b) {
+            println!(
+                "# WARNING: the machine changed state during the run (the cache-line figure \
+                 moved {a:.3} -> {b:.3} us): figures measured at different times, and their \
+                 ratios, may not be comparable; run again"
+            );
+        }
     }
     let retried = FAILURES.load(std::sync::atomic::Ordering::Relaxed);
     if retried > 0 {
