@@ -58,7 +58,7 @@ struct Cli {
     /// Write every row as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Draw latency and bandwidth against message size to FILE.png.
+    /// Draw latency and bandwidth against message size to FILE.png (or FILE.svg).
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Also build and run the C reference with Open MPI and MPICH, and print
@@ -110,7 +110,7 @@ fn main() {
         return;
     }
     if args.get(1).map(String::as_str) == Some("__plot") && args.len() == 4 {
-        // redraw a plot from a --json file: rsmpi-bench __plot ROWS.json OUT.svg
+        // redraw a plot from a --json file: rsmpi-bench __plot ROWS.json OUT.png (or .svg)
         let text = std::fs::read_to_string(&args[2]).expect("rows");
         let rows: Vec<Row> = serde_json::from_str(&text).expect("rows");
         if let Err(e) = plot::draw(std::path::Path::new(&args[3]), &rows) {
