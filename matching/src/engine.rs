@@ -2,7 +2,7 @@
 //! control messages, answering with [`Output`]s for the driver to carry out.
 
 use crate::advertised::{Adv, AdvTable, Crossing};
-use crate::map::HMap;
+use crate::map::{Counts, HMap};
 use crate::queues::{Posted, UData, UEntry, Unexpected};
 use crate::types::*;
 use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
@@ -195,7 +195,7 @@ pub struct Engine {
     sends: HMap<SendId, SendState>,
     /// Per context: pending receives that block advertising (ANY_SOURCE, or not
     /// advertisable), and the receives held back behind them, in posting order.
-    blockers: HMap<Ctx, u32>,
+    blockers: Counts<Ctx>,
     held: HMap<Ctx, VecDeque<RecvId>>,
     xfers: HMap<XferId, Xfer>,
     next_id: u64,
@@ -227,7 +227,7 @@ impl Engine {
             probed: HMap::default(),
             recvs: HMap::default(),
             sends: HMap::default(),
-            blockers: HMap::default(),
+            blockers: Counts::default(),
             held: HMap::default(),
             xfers: HMap::default(),
             next_id: 1,
@@ -484,12 +484,10 @@ impl Engine {
         self.recvs.insert(id, st);
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
         if st.blocker {
-            *self.blockers.entry(spec.ctx).or_default() += 1;
+            self.blockers.incr(spec.ctx);
         } else if !advertisable {
             // (mutation only) neither advertised nor holding anything back
-        } else if self.blockers.get(&spec.ctx).copied().unwrap_or(0) == 0
-            || self.cfg.mutation == Mutation::NoHold
-        {
+        } else if self.blockers.get(&spec.ctx) == 0 || self.cfg.mutation == Mutation::NoHold {
             self.advertise(id);
         } else {
             self.held.entry(spec.ctx).or_default().push_back(id);
@@ -527,12 +525,9 @@ impl Engine {
     /// A receive that blocked advertising left the posted queue: once none is left in
     /// its context, advertise the held receives in posting order (rule 6).
     fn unblock(&mut self, ctx: Ctx) {
-        let n = self.blockers.get_mut(&ctx).expect("blocker count");
-        *n -= 1;
-        if *n > 0 {
+        if self.blockers.decr(&ctx) > 0 || self.held.is_empty() {
             return;
         }
-        self.blockers.remove(&ctx);
         let held = self.held.remove(&ctx).unwrap_or_default();
         for id in held {
             if self.posted.contains(id.0) {
@@ -587,7 +582,7 @@ impl Engine {
                 ..
             }
         );
-        if self.blockers.get(&ctx) == Some(&1) && !cancelling {
+        if self.blockers.get(&ctx) == 1 && !cancelling {
             st.blocker = false;
             self.advertise(r);
             self.unblock(ctx);

@@ -130,3 +130,71 @@ impl<K: Eq + Hash + Copy + Ord> Hash for Fifos<K> {
         }
     }
 }
+
+/// Counters by key. A counter that drops to zero stays in the table (no removal and
+/// re-insertion per message) until zeros outnumber the rest; zeros never count in
+/// equality or hashing.
+#[derive(Clone, Debug)]
+pub(crate) struct Counts<K: Eq + Hash> {
+    map: FxHashMap<K, u32>,
+    sweep_at: usize,
+}
+
+impl<K: Eq + Hash> Default for Counts<K> {
+    fn default() -> Self {
+        Counts {
+            map: FxHashMap::default(),
+            sweep_at: SWEEP_MIN,
+        }
+    }
+}
+
+impl<K: Eq + Hash + Copy> Counts<K> {
+    pub fn get(&self, key: &K) -> u32 {
+        self.map.get(key).copied().unwrap_or(0)
+    }
+
+    pub fn incr(&mut self, key: K) {
+        if self.map.len() >= self.sweep_at && !self.map.contains_key(&key) {
+            self.map.retain(|_, n| *n > 0);
+            self.sweep_at = (2 * self.map.len()).max(SWEEP_MIN);
+        }
+        *self.map.entry(key).or_default() += 1;
+    }
+
+    /// Decrements a positive counter; returns the new value.
+    pub fn decr(&mut self, key: &K) -> u32 {
+        let n = self
+            .map
+            .get_mut(key)
+            .filter(|n| **n > 0)
+            .expect("positive count");
+        *n -= 1;
+        *n
+    }
+
+    fn nonzero(&self) -> impl Iterator<Item = (&K, &u32)> {
+        self.map.iter().filter(|(_, n)| **n > 0)
+    }
+}
+
+impl<K: Eq + Hash + Copy> PartialEq for Counts<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.nonzero().count() == other.nonzero().count()
+            && self.nonzero().all(|(k, n)| other.get(k) == *n)
+    }
+}
+
+impl<K: Eq + Hash + Copy> Eq for Counts<K> {}
+
+impl<K: Eq + Hash + Copy + Ord> Hash for Counts<K> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut v: Vec<_> = self.nonzero().collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        v.len().hash(state);
+        for (k, n) in v {
+            k.hash(state);
+            n.hash(state);
+        }
+    }
+}

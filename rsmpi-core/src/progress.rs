@@ -119,16 +119,74 @@ impl Group {
     }
 }
 
+/// A map that keeps one entry beside its hash table: while a single request is
+/// pending (every blocking call) inserting, finding and removing it is a comparison
+/// instead of hashing. Further entries go to the table.
+pub(crate) struct Requests<K, V> {
+    one: Option<(K, V)>,
+    rest: HashMap<K, V>,
+}
+
+impl<K, V> Default for Requests<K, V> {
+    fn default() -> Self {
+        Requests {
+            one: None,
+            rest: HashMap::default(),
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash + Copy, V> Requests<K, V> {
+    pub fn insert(&mut self, k: K, v: V) {
+        match &mut self.one {
+            Some((k1, v1)) if *k1 == k => *v1 = v,
+            Some(_) => {
+                self.rest.insert(k, v);
+            }
+            None => self.one = Some((k, v)),
+        }
+    }
+
+    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        match &mut self.one {
+            Some((k1, v1)) if k1 == k => Some(v1),
+            _ => self.rest.get_mut(k),
+        }
+    }
+
+    pub fn get(&self, k: &K) -> Option<&V> {
+        match &self.one {
+            Some((k1, v1)) if k1 == k => Some(v1),
+            _ => self.rest.get(k),
+        }
+    }
+
+    pub fn contains_key(&self, k: &K) -> bool {
+        self.get(k).is_some()
+    }
+
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        if matches!(&self.one, Some((k1, _)) if k1 == k) {
+            return self.one.take().map(|(_, v)| v);
+        }
+        let v = self.rest.remove(k);
+        if v.is_some() {
+            shrink_if_empty(&mut self.rest);
+        }
+        v
+    }
+}
+
 pub(crate) struct State {
     pub engine: Engine,
     pub transport: Box<dyn Transport>,
     pub regions: Regions,
-    pub recv_dst: HashMap<RecvId, RecvDst>,
-    pub send_src: HashMap<SendId, SendSrc>,
+    pub recv_dst: Requests<RecvId, RecvDst>,
+    pub send_src: Requests<SendId, SendSrc>,
     /// The request using each lent region, so that a scope's end finds its requests
     /// without scanning all of them.
     pub by_region: ByRegion,
-    pub done: HashMap<Key, Done>,
+    pub done: Requests<Key, Done>,
     pub boot: Boot,
     pub next_ctx: u32,
     /// Keys of `PROC_NULL` requests.
@@ -245,11 +303,11 @@ impl State {
 
     fn send_bytes<'a>(
         regions: &'a Regions,
-        src: &'a HashMap<SendId, SendSrc>,
+        src: &'a Requests<SendId, SendSrc>,
         s: SendId,
         len: u64,
     ) -> &'a [u8] {
-        let b = match &src[&s] {
+        let b = match src.get(&s).expect("send buffer") {
             SendSrc::Region(r) => regions.slice(*r).expect("lent send buffer"),
             SendSrc::Owned(v) | SendSrc::Packed(v) => v,
         };
@@ -403,7 +461,6 @@ impl State {
                             self.fatal("unpack", &e);
                         }
                     }
-                    shrink_if_empty(&mut self.recv_dst);
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
@@ -510,7 +567,6 @@ pub(crate) fn wait(key: Key) -> Done {
     loop {
         let (got, moved) = with(|s| {
             if let Some(d) = s.done.remove(&key) {
-                shrink_if_empty(&mut s.done);
                 return (Some(d), true);
             }
             let moved = s.progress();
