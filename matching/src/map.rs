@@ -51,35 +51,69 @@ impl<K: Eq + Hash + Ord, V: Hash> Hash for HMap<K, V> {
     }
 }
 
-/// FIFO queues of sequence numbers by key. A queue that runs empty stays allocated, so
-/// a key used over and over (one tag, one peer) costs no allocation per message; empty
-/// queues are swept once they outnumber the rest, and never count in equality or
-/// hashing (two states that differ only in kept empty queues are the same state).
+/// A value with an empty state that a [`Sparse`] map may keep without it counting.
+pub(crate) trait Vacant {
+    fn is_vacant(&self) -> bool;
+}
+
+impl Vacant for VecDeque<u64> {
+    fn is_vacant(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl Vacant for u32 {
+    fn is_vacant(&self) -> bool {
+        *self == 0
+    }
+}
+
+/// A hash map whose entries stay in place when they become vacant (an emptied queue
+/// keeps its allocation, a counter at zero its slot), so a key used over and over —
+/// one tag, one peer, one context — costs no allocation or re-insertion per message.
+/// Vacant entries are swept once they outnumber the rest, and never count in equality
+/// or hashing: two states that differ only in kept vacant entries are the same state.
 #[derive(Clone, Debug)]
-pub(crate) struct Fifos<K: Eq + Hash> {
-    map: FxHashMap<K, VecDeque<u64>>,
-    /// Sweep empty queues when the map grows past this many keys.
+pub(crate) struct Sparse<K: Eq + Hash, V> {
+    map: FxHashMap<K, V>,
+    /// Sweep vacant entries when the map grows past this many keys.
     sweep_at: usize,
 }
 
-impl<K: Eq + Hash> Default for Fifos<K> {
+/// FIFO queues of sequence numbers by key.
+pub(crate) type Fifos<K> = Sparse<K, VecDeque<u64>>;
+/// Counters by key.
+pub(crate) type Counts<K> = Sparse<K, u32>;
+
+const SWEEP_MIN: usize = 64;
+
+impl<K: Eq + Hash, V> Default for Sparse<K, V> {
     fn default() -> Self {
-        Fifos {
+        Sparse {
             map: FxHashMap::default(),
             sweep_at: SWEEP_MIN,
         }
     }
 }
 
-const SWEEP_MIN: usize = 64;
+impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
+    /// The entry of `key`, created vacant if there is none.
+    fn entry(&mut self, key: K) -> &mut V {
+        if self.map.len() >= self.sweep_at && !self.map.contains_key(&key) {
+            self.map.retain(|_, v| !v.is_vacant());
+            self.sweep_at = (2 * self.map.len()).max(SWEEP_MIN);
+        }
+        self.map.entry(key).or_default()
+    }
+
+    fn occupied(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter().filter(|(_, v)| !v.is_vacant())
+    }
+}
 
 impl<K: Eq + Hash + Copy> Fifos<K> {
     pub fn push(&mut self, key: K, seq: u64) {
-        if self.map.len() >= self.sweep_at && !self.map.contains_key(&key) {
-            self.map.retain(|_, q| !q.is_empty());
-            self.sweep_at = (2 * self.map.len()).max(SWEEP_MIN);
-        }
-        self.map.entry(key).or_default().push_back(seq);
+        self.entry(key).push_back(seq);
     }
 
     pub fn get(&self, key: &K) -> Option<&VecDeque<u64>> {
@@ -102,51 +136,6 @@ impl<K: Eq + Hash + Copy> Fifos<K> {
         }
         None
     }
-
-    fn nonempty(&self) -> impl Iterator<Item = (&K, &VecDeque<u64>)> {
-        self.map.iter().filter(|(_, q)| !q.is_empty())
-    }
-}
-
-impl<K: Eq + Hash + Copy> PartialEq for Fifos<K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.nonempty().count() == other.nonempty().count()
-            && self
-                .nonempty()
-                .all(|(k, q)| other.map.get(k).is_some_and(|o| o == q))
-    }
-}
-
-impl<K: Eq + Hash + Copy> Eq for Fifos<K> {}
-
-impl<K: Eq + Hash + Copy + Ord> Hash for Fifos<K> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut v: Vec<_> = self.nonempty().collect();
-        v.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        v.len().hash(state);
-        for (k, q) in v {
-            k.hash(state);
-            q.hash(state);
-        }
-    }
-}
-
-/// Counters by key. A counter that drops to zero stays in the table (no removal and
-/// re-insertion per message) until zeros outnumber the rest; zeros never count in
-/// equality or hashing.
-#[derive(Clone, Debug)]
-pub(crate) struct Counts<K: Eq + Hash> {
-    map: FxHashMap<K, u32>,
-    sweep_at: usize,
-}
-
-impl<K: Eq + Hash> Default for Counts<K> {
-    fn default() -> Self {
-        Counts {
-            map: FxHashMap::default(),
-            sweep_at: SWEEP_MIN,
-        }
-    }
 }
 
 impl<K: Eq + Hash + Copy> Counts<K> {
@@ -155,11 +144,7 @@ impl<K: Eq + Hash + Copy> Counts<K> {
     }
 
     pub fn incr(&mut self, key: K) {
-        if self.map.len() >= self.sweep_at && !self.map.contains_key(&key) {
-            self.map.retain(|_, n| *n > 0);
-            self.sweep_at = (2 * self.map.len()).max(SWEEP_MIN);
-        }
-        *self.map.entry(key).or_default() += 1;
+        *self.entry(key) += 1;
     }
 
     /// Decrements a positive counter; returns the new value.
@@ -172,29 +157,27 @@ impl<K: Eq + Hash + Copy> Counts<K> {
         *n -= 1;
         *n
     }
-
-    fn nonzero(&self) -> impl Iterator<Item = (&K, &u32)> {
-        self.map.iter().filter(|(_, n)| **n > 0)
-    }
 }
 
-impl<K: Eq + Hash + Copy> PartialEq for Counts<K> {
+impl<K: Eq + Hash + Copy, V: Vacant + Default + PartialEq> PartialEq for Sparse<K, V> {
     fn eq(&self, other: &Self) -> bool {
-        self.nonzero().count() == other.nonzero().count()
-            && self.nonzero().all(|(k, n)| other.get(k) == *n)
+        self.occupied().count() == other.occupied().count()
+            && self
+                .occupied()
+                .all(|(k, v)| other.map.get(k).is_some_and(|o| o == v))
     }
 }
 
-impl<K: Eq + Hash + Copy> Eq for Counts<K> {}
+impl<K: Eq + Hash + Copy, V: Vacant + Default + Eq> Eq for Sparse<K, V> {}
 
-impl<K: Eq + Hash + Copy + Ord> Hash for Counts<K> {
+impl<K: Eq + Hash + Copy + Ord, V: Vacant + Default + Hash> Hash for Sparse<K, V> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut v: Vec<_> = self.nonzero().collect();
+        let mut v: Vec<_> = self.occupied().collect();
         v.sort_unstable_by(|a, b| a.0.cmp(b.0));
         v.len().hash(state);
-        for (k, n) in v {
+        for (k, val) in v {
             k.hash(state);
-            n.hash(state);
+            val.hash(state);
         }
     }
 }

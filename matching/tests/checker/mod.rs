@@ -249,6 +249,28 @@ impl Step<'_> {
             .expect("send id of this rank")
     }
 
+    /// Puts a control message on the channel `from` -> `to`: `header`, then the first
+    /// `len` bytes of send `g`'s payload if there is one.
+    fn carry(&mut self, from: Rank, to: Rank, header: &[u8], payload: Option<(usize, u64)>) {
+        let mut bytes = header.to_vec();
+        if let Some((g, len)) = payload {
+            bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
+            if let Ok((
+                wire::Frame {
+                    msg: wire::Ctrl::WrittenInline { .. },
+                    ..
+                },
+                _,
+            )) = wire::decode(&bytes)
+            {
+                // matched at the sender: the bytes travel inline
+                self.w.matched |= 1 << g;
+            }
+        }
+        let n = self.p.n();
+        self.w.chan[from as usize * n + to as usize].push_back(bytes);
+    }
+
     fn drain(&mut self, rank: Rank) {
         while let Some(o) = self.w.eng[rank as usize].poll_output() {
             if let Some(l) = &mut self.log {
@@ -260,24 +282,8 @@ impl Step<'_> {
                     header,
                     payload,
                 } => {
-                    let mut bytes = header.as_bytes().to_vec();
-                    if let Some((s, len)) = payload {
-                        let g = self.send_idx(rank, s);
-                        bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
-                        if let Ok((
-                            wire::Frame {
-                                msg: wire::Ctrl::WrittenInline { .. },
-                                ..
-                            },
-                            _,
-                        )) = wire::decode(&bytes)
-                        {
-                            // matched at the sender: the bytes travel inline
-                            self.w.matched |= 1 << g;
-                        }
-                    }
-                    let n = self.p.n();
-                    self.w.chan[rank as usize * n + to as usize].push_back(bytes);
+                    let payload = payload.map(|(s, len)| (self.send_idx(rank, s), len));
+                    self.carry(rank, to, header.as_bytes(), payload);
                 }
                 Output::Put { to, send, dst, len } => {
                     let g = self.send_idx(rank, send);
@@ -545,19 +551,7 @@ impl Step<'_> {
                         self.w.sres[g] = SRes::Pending;
                         // as the driver does: the fast path when the send can leave now
                         if let Some((header, len)) = e.send_now(&spec).expect("valid send") {
-                            let mut bytes = header.as_bytes().to_vec();
-                            bytes.extend_from_slice(&self.p.payload(g)[..len as usize]);
-                            if let Ok((
-                                wire::Frame {
-                                    msg: wire::Ctrl::WrittenInline { .. },
-                                    ..
-                                },
-                                _,
-                            )) = wire::decode(&bytes)
-                            {
-                                self.w.matched |= 1 << g;
-                            }
-                            self.w.chan[ri * n + dst as usize].push_back(bytes);
+                            self.carry(rank, dst, header.as_bytes(), Some((g, len)));
                             self.w.sres[g] = SRes::Sent;
                         } else {
                             let id = e.start_send(spec).expect("valid send");
