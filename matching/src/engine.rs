@@ -536,10 +536,6 @@ impl Engine {
         }
     }
 
-    fn is_blocker(&self, st: &RecvState) -> bool {
-        st.blocker
-    }
-
     /// Adaptive advertising: whether receive `id` from `peer`, posted now, stays
     /// unadvertised (counts it if so).
     fn paused(&mut self, peer: Rank, id: RecvId) -> bool {
@@ -719,7 +715,7 @@ impl Engine {
             RStage::Posted { adv: None, .. } => {
                 self.posted.remove(id.0);
                 self.finish_recv(id, RecvOutcome::Cancelled);
-                if self.is_blocker(&st) {
+                if st.blocker {
                     self.unblock(st.ctx);
                 } else if let Some(h) = self.held.get_mut(&st.ctx) {
                     h.retain(|x| *x != id);
@@ -1094,7 +1090,7 @@ impl Engine {
                             self.start_get(r, from, i, src, dlen, outcome);
                         }
                     }
-                    if self.is_blocker(&st) {
+                    if st.blocker {
                         self.unblock(st.ctx);
                     }
                 } else if flags.ready {
