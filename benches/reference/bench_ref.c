@@ -6,10 +6,14 @@
  * must.
  *
  *   bench_ref latency|bw|bibw|pingpong-preposted [--quick] [--min-size B] [--max-size B]
+ *   bench_ref allreduce|bcast|reduce|allgather|alltoall|barrier [--quick] [--min-size B] [--max-size B]
  *
  * Output (rank 0, stdout): one line per size, "size value..." where value is one-way
  * latency in us (latency), MB/s (bw, bibw), or "plain preposted post" in us
- * (pingpong-preposted). Lines starting with '#' are comments.
+ * (pingpong-preposted), or "avg min max" over the ranks of each rank's mean time per
+ * call in us (the collectives, as OSU's osu_allreduce etc.: see coll() and
+ * `collective` in benches/src/rank.rs). Lines starting with '#' are comments.
+ * The point-to-point benchmarks need exactly 2 ranks, the collectives at least 2.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -33,6 +37,82 @@ static void lat_iters(long size, int *iters, int *skip) {
 static void bw_iters(long size, int *iters, int *skip) {
     if (size > LARGE) { *iters = quick ? 5 : 20; *skip = quick ? 1 : 2; }
     else { *iters = quick ? 20 : 100; *skip = quick ? 2 : 10; }
+}
+
+/* OSU's COLL_LOOP_SMALL/COLL_SKIP_SMALL up to 8 KiB, _LARGE above; quick: a tenth */
+static void coll_iters(long size, int *iters, int *skip) {
+    if (size > LARGE) { *iters = quick ? 10 : 100; *skip = quick ? 1 : 10; }
+    else { *iters = quick ? 100 : 1000; *skip = quick ? 10 : 100; }
+}
+
+static int is_coll(const char *b) {
+    return !strcmp(b, "allreduce") || !strcmp(b, "bcast") || !strcmp(b, "reduce") ||
+           !strcmp(b, "allgather") || !strcmp(b, "alltoall") || !strcmp(b, "barrier");
+}
+
+/* One OSU collective benchmark: for each size (powers of two from 4 B; barrier: 0),
+ * skip warm-up calls and iters timed ones, each preceded by an untimed barrier and
+ * timed on its own; each rank's latency is its mean time per call; rank 0 prints the
+ * average, minimum and maximum over the ranks. Float sums for the reductions, root 0,
+ * size = each rank's block for allgather and alltoall. */
+static int coll(const char *bench, int me, int n, long min, long max) {
+    if (min < 4) min = 4;
+    for (long size = 4; size <= max; size *= 2) {
+        if (!strcmp(bench, "barrier")) size = 0;
+        else if (size < min) continue;
+        int iters, skip;
+        coll_iters(size, &iters, &skip);
+        int floats = (int)(size / 4);
+        float *fsend = malloc(sizeof(float) * (floats ? floats : 1));
+        float *frecv = malloc(sizeof(float) * (floats ? floats : 1));
+        for (int i = 0; i < floats; i++) { fsend[i] = 1.0f; frecv[i] = 0.0f; }
+        long bytes = !strcmp(bench, "alltoall") ? size * n : size;
+        char *bsend = malloc(bytes ? bytes : 1);
+        char *brecv = malloc(size > 0 ? size * n : 1);
+        memset(bsend, 'c', bytes);
+        memset(brecv, !strcmp(bench, "bcast") && me == 0 ? 'c' : 0, size * n);
+        double timer = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < iters + skip; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            if (!strcmp(bench, "allreduce"))
+                MPI_Allreduce(fsend, frecv, floats, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "reduce"))
+                MPI_Reduce(fsend, frecv, floats, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "bcast"))
+                MPI_Bcast(brecv, (int)size, MPI_CHAR, 0, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "allgather"))
+                MPI_Allgather(bsend, (int)size, MPI_CHAR, brecv, (int)size, MPI_CHAR, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "alltoall"))
+                MPI_Alltoall(bsend, (int)size, MPI_CHAR, brecv, (int)size, MPI_CHAR, MPI_COMM_WORLD);
+            else
+                MPI_Barrier(MPI_COMM_WORLD);
+            double t1 = MPI_Wtime();
+            if (i >= skip) timer += t1 - t0;
+        }
+        int bad = 0;
+        if (!strcmp(bench, "allreduce") || (!strcmp(bench, "reduce") && me == 0))
+            for (int i = 0; i < floats; i++) bad |= frecv[i] != (float)n;
+        if (!strcmp(bench, "bcast"))
+            for (long i = 0; i < size; i++) bad |= brecv[i] != 'c';
+        if (!strcmp(bench, "allgather") || !strcmp(bench, "alltoall"))
+            for (long i = 0; i < size * n; i++) bad |= brecv[i] != 'c';
+        if (bad) {
+            fprintf(stderr, "bench_ref: %s: wrong result on rank %d\n", bench, me);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        double lat = timer * 1e6 / iters, lmin, lmax, lsum;
+        MPI_Reduce(&lat, &lmin, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&lat, &lmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&lat, &lsum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (me == 0) printf("%ld %.4f %.4f %.4f\n", size, lsum / n, lmin, lmax);
+        fflush(stdout);
+        free(fsend); free(frecv); free(bsend); free(brecv);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (size == 0) break;
+    }
+    return 0;
 }
 
 static long prepost_count(long size) {
@@ -128,6 +208,17 @@ int main(int argc, char **argv) {
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (is_coll(bench)) {
+        if (n < 2) {
+            if (me == 0) fprintf(stderr, "bench_ref %s needs at least 2 ranks\n", bench);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        pin(me, n);
+        if (me == 0) printf("# bench_ref %s on %d ranks\n", bench, n);
+        coll(bench, me, n, min, max);
+        MPI_Finalize();
+        return 0;
+    }
     if (n != 2) {
         if (me == 0) fprintf(stderr, "bench_ref needs exactly 2 ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 2);

@@ -2,12 +2,15 @@
 //! Open MPI and MPICH and runs it with the same methodology.
 
 use crate::report::Row;
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = include_str!("../reference/bench_ref.c");
 
-/// Benchmarks the C reference implements.
+/// Benchmarks the C reference implements (besides the collectives,
+/// [`crate::report::COLLECTIVES`]).
 pub const COMPARABLE: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"];
 
 /// A built reference: how to launch it.
@@ -15,6 +18,8 @@ pub struct Reference {
     /// `openmpi-vader`, `openmpi-ucx`, `mpich`.
     pub name: &'static str,
     launcher: &'static str,
+    /// The launcher's option for the number of ranks (`-np`, `-n`).
+    np_flag: &'static str,
     launch_args: Vec<&'static str>,
     env: Vec<(&'static str, &'static str)>,
     exe: PathBuf,
@@ -87,9 +92,8 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
     let mut refs = vec![Reference {
         name: "openmpi-vader",
         launcher: "mpirun.openmpi",
+        np_flag: "-np",
         launch_args: vec![
-            "-np",
-            "2",
             "--bind-to",
             "none",
             "--mca",
@@ -105,9 +109,8 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
     let ucx = Reference {
         name: "openmpi-ucx",
         launcher: "mpirun.openmpi",
+        np_flag: "-np",
         launch_args: vec![
-            "-np",
-            "2",
             "--bind-to",
             "none",
             "--mca",
@@ -124,7 +127,10 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
         exe: ompi,
     };
     // UCX only if Open MPI was built with it and it runs here
-    if ucx.run("latency", &["--quick", "--max-size", "0"]).is_ok() {
+    if ucx
+        .run("latency", 2, &["--quick", "--max-size", "0"])
+        .is_ok()
+    {
         refs.push(ucx);
     } else {
         eprintln!("rsmpi-bench: Open MPI's UCX PML does not run here; comparing without it");
@@ -132,7 +138,8 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
     refs.push(Reference {
         name: "mpich",
         launcher: "mpiexec.mpich",
-        launch_args: vec!["-n", "2"],
+        np_flag: "-n",
+        launch_args: vec![],
         env: vec![],
         exe: mpich,
     });
@@ -141,8 +148,16 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
 
 impl Reference {
     /// Runs one benchmark; returns the output's data lines split into numbers.
-    fn run(&self, bench: &str, args: &[&str]) -> Result<Vec<Vec<f64>>, String> {
+    /// `ranks`: the job's size.
+    fn run(&self, bench: &str, ranks: u32, args: &[&str]) -> Result<Vec<Vec<f64>>, String> {
         let mut cmd = Command::new(self.launcher);
+        cmd.arg(self.np_flag).arg(ranks.to_string());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.launcher == "mpirun.openmpi" && ranks as usize > cpus {
+            // more ranks than CPUs: Open MPI refuses without this (and then yields
+            // when idle, as rsmpi and MPICH's ranks do when oversubscribed)
+            cmd.arg("--oversubscribe");
+        }
         cmd.args(&self.launch_args)
             .arg(&self.exe)
             .arg(bench)
@@ -165,7 +180,7 @@ impl Reference {
             .map_err(|e| format!("{}: {e}", self.launcher))?;
         if !o.status.success() {
             return Err(format!(
-                "{} {bench} failed ({}):\n{}",
+                "{} {bench} on {ranks} ranks failed ({}):\n{}",
                 self.name,
                 o.status,
                 String::from_utf8_lossy(&o.stderr)
@@ -191,6 +206,7 @@ impl Reference {
     pub fn rows(
         &self,
         bench: &str,
+        ranks: u32,
         quick: bool,
         min: usize,
         max: usize,
@@ -200,7 +216,7 @@ impl Reference {
         if quick {
             args.push("--quick");
         }
-        let lines = self.run(bench, &args)?;
+        let lines = self.run(bench, ranks, &args)?;
         let mut rows = Vec::new();
         for l in lines {
             let size = l[0] as u64;
@@ -216,6 +232,7 @@ impl Reference {
                     value,
                     unit: unit.into(),
                     iterations: iterations as u64,
+                    ranks,
                 })
             };
             let s = size as usize;
@@ -235,6 +252,13 @@ impl Reference {
                     push("preposted", l[2], "us", n);
                     push("post", l[3], "us", n);
                     push("preposted+post", l[2] + l[3], "us", n);
+                }
+                // collectives: "size avg min max" (us)
+                b if crate::report::is_collective(b) && l.len() >= 4 => {
+                    let it = crate::rank::coll_iters(s, quick).0;
+                    push("", l[1], "us", it);
+                    push("min", l[2], "us", it);
+                    push("max", l[3], "us", it);
                 }
                 _ => {}
             }

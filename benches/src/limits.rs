@@ -3,6 +3,8 @@
 //! (`process_vm_readv`, the single-copy path of rendezvous and one-sided writes).
 
 use crate::report::Row;
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -265,6 +267,7 @@ pub fn measure() -> io::Result<Vec<Row>> {
         value,
         unit: unit.into(),
         iterations,
+        ranks: 2,
     };
     let (line, n) = cacheline_pingpong()?;
     rows.push(row("cacheline-oneway", 8, line, "us", n));
@@ -299,6 +302,7 @@ pub fn ratios(rows: &[Row]) -> Vec<Row> {
         value,
         unit: "x".into(),
         iterations: 0,
+        ranks: 2,
     };
     let rs = |b: &str, m: &str, size: u64| {
         rows.iter().find(|r| {

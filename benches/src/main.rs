@@ -2,9 +2,11 @@
 //!
 //! ```text
 //! rsmpi-bench [BENCH] [--quick] [--json FILE] [--plot FILE.png] [--compare]
-//!             [--min-size B] [--max-size B] [--runs N] [--pairs N]
+//!             [--min-size B] [--max-size B] [--runs N] [--pairs N] [--ranks N,N]
 //! BENCH: latency | bw | bibw | pingpong-preposted | table1 | queue-depth | mbw_mr |
 //!        multi_lat | overlap | limits | all   (no BENCH: `all --quick`)
+//!        allreduce | bcast | reduce | allgather | alltoall | barrier | coll
+//!        (the collectives, OSU's osu_* methodology, on each of --ranks; `coll`: all six)
 //! ```
 //!
 //! Started directly, it is the driver: it starts every measurement as its own job of
@@ -13,6 +15,8 @@
 //! (`rsmpirun -n 2 rsmpi-bench latency`), it runs the benchmark as it is and rank 0
 //! prints the table.
 
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 mod compare;
 mod limits;
 mod plot;
@@ -50,7 +54,9 @@ const ALL: [&str; 10] = [
 )]
 struct Cli {
     /// latency | bw | bibw | pingpong-preposted | table1 | queue-depth | mbw_mr |
-    /// multi_lat | overlap | limits | all. Without it: `all --quick`.
+    /// multi_lat | overlap | limits | all (point-to-point and limits);
+    /// allreduce | bcast | reduce | allgather | alltoall | barrier | coll (collectives).
+    /// Without it: `all --quick`.
     bench: Option<String>,
     /// Fewer iterations (a tenth of OSU's counts, or fewer for large messages).
     #[arg(long)]
@@ -68,9 +74,12 @@ struct Cli {
     /// Smallest message size in bytes.
     #[arg(long, default_value_t = 0)]
     min_size: usize,
-    /// Largest message size in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
-    max_size: usize,
+    /// Largest message size in bytes [default: 4 MiB; 1 MiB for the collectives].
+    #[arg(long)]
+    max_size: Option<usize>,
+    /// Job sizes (ranks) for the collectives, e.g. `--ranks 2,3,4`.
+    #[arg(long, value_delimiter = ',', default_values_t = [2u32, 4])]
+    ranks: Vec<u32>,
     /// Run every measurement N times (each its own job) and report medians.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -87,12 +96,27 @@ struct Cli {
 }
 
 impl Cli {
+    /// The largest message size of `bench`: `--max-size`, or OSU's default (4 MiB for
+    /// point-to-point, 1 MiB for collectives).
+    fn max_for(&self, bench: &str) -> usize {
+        let default = if bench == "coll" || report::is_collective(bench) {
+            1 << 20
+        } else {
+            4 << 20
+        };
+        self.max_size.unwrap_or(default)
+    }
+
     fn opts(&self) -> rank::Opts {
+        self.opts_for("")
+    }
+
+    fn opts_for(&self, bench: &str) -> rank::Opts {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         rank::Opts {
             quick: self.quick,
             min_size: self.min_size,
-            max_size: self.max_size,
+            max_size: self.max_for(bench),
             pairs: self.pairs.unwrap_or((cpus / 2).max(1)),
             mid_barrier: self.mid_barrier,
         }
@@ -135,7 +159,6 @@ fn main() {
 fn in_job(cli: &Cli) {
     let universe = rsmpi::initialize().expect("MPI init");
     let bench = cli.bench.clone().unwrap_or_default();
-    let opts = cli.opts();
     let list: Vec<&str> = match bench.as_str() {
         // under a foreign rsmpirun: everything that runs in one job
         "all" => ALL
@@ -145,11 +168,12 @@ fn in_job(cli: &Cli) {
             .chain(["table1-cell"])
             .collect(),
         "table1" => vec!["table1-cell"],
+        "coll" => report::COLLECTIVES.to_vec(),
         b => vec![b],
     };
     let mut rows = Vec::new();
     for b in list {
-        rows.extend(rank::run(&universe, b, &opts));
+        rows.extend(rank::run(&universe, b, &cli.opts_for(b)));
     }
     if universe.world().rank() == 0 {
         if let Some(out) = std::env::var_os(ENV_OUT) {
@@ -250,8 +274,15 @@ fn jobs(
 
 /// The measurements of one benchmark on rsmpi.
 fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
-    let (min, max) = (cli.min_size, cli.max_size);
+    let (min, max) = (cli.min_size, cli.max_for(bench));
     match bench {
+        b if report::is_collective(b) => {
+            let mut rows = Vec::new();
+            for &n in &cli.ranks {
+                rows.extend(jobs(cli, bench, n, &[], min, max)?);
+            }
+            Ok(rows)
+        }
         "table1" => {
             let mut rows = Vec::new();
             for m in ["both", "receiver"] {
@@ -294,16 +325,24 @@ fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
 
 fn driver(cli: &Cli) -> i32 {
     let bench = cli.bench.clone().unwrap_or_default();
-    let list: Vec<&str> = if bench == "all" {
-        ALL.to_vec()
-    } else {
-        vec![bench.as_str()]
+    let list: Vec<&str> = match bench.as_str() {
+        "all" => ALL.to_vec(),
+        "coll" => report::COLLECTIVES.to_vec(),
+        b => vec![b],
     };
-    if let Some(b) = list.iter().find(|b| !ALL.contains(b)) {
+    if let Some(b) = list
+        .iter()
+        .find(|b| !ALL.contains(b) && !report::is_collective(b))
+    {
         eprintln!(
-            "rsmpi-bench: unknown benchmark {b:?}; expected one of {} or all",
-            ALL.join(", ")
+            "rsmpi-bench: unknown benchmark {b:?}; expected one of {}, all, {} or coll",
+            ALL.join(", "),
+            report::COLLECTIVES.join(", ")
         );
+        return 2;
+    }
+    if list.iter().any(|b| report::is_collective(b)) && cli.ranks.iter().any(|&n| n < 2) {
+        eprintln!("rsmpi-bench: --ranks: the collective benchmarks need at least 2 ranks");
         return 2;
     }
     let refs = if cli.compare {
@@ -325,11 +364,17 @@ fn driver(cli: &Cli) -> i32 {
     // the machine's state (how far apart its two CPUs are) can change during a run,
     // which makes figures measured at different times incomparable: bracket the run
     let line_before = limits::cacheline_pingpong().ok().map(|(us, _)| us);
+    let ranks = if list.iter().any(|b| report::is_collective(b)) {
+        let r: Vec<String> = cli.ranks.iter().map(u32::to_string).collect();
+        format!(" on {} ranks", r.join(", "))
+    } else {
+        String::new()
+    };
     println!(
-        "# rsmpi-bench {bench}{}: sizes {}..{} B, {} run(s) per figure (median), load average at start: {}, cache-line one-way at start: {}",
+        "# rsmpi-bench {bench}{}{ranks}: sizes {}..{} B, {} run(s) per figure (median), load average at start: {}, cache-line one-way at start: {}",
         if cli.quick { " (quick)" } else { "" },
         cli.min_size,
-        cli.max_size,
+        cli.max_for(&bench),
         cli.runs.max(1),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         line_before.map_or("-".into(), |us| format!("{us:.3} us"))
@@ -370,14 +415,21 @@ fn driver(cli: &Cli) -> i32 {
             have.extend(rows.iter().cloned());
             rows.extend(limits::ratios(&have));
         }
-        if compare::COMPARABLE.contains(&b) {
+        if compare::COMPARABLE.contains(&b) || report::is_collective(b) {
+            let job_sizes = if report::is_collective(b) {
+                cli.ranks.clone()
+            } else {
+                vec![2]
+            };
             for r in &refs {
-                for _ in 0..cli.runs.max(1) {
-                    match r.rows(b, cli.quick, cli.min_size, cli.max_size) {
-                        Ok(x) => rows.extend(x),
-                        Err(e) => {
-                            eprintln!("rsmpi-bench: {e}");
-                            failed = true;
+                for &n in &job_sizes {
+                    for _ in 0..cli.runs.max(1) {
+                        match r.rows(b, n, cli.quick, cli.min_size, cli.max_for(b)) {
+                            Ok(x) => rows.extend(x),
+                            Err(e) => {
+                                eprintln!("rsmpi-bench: {e}");
+                                failed = true;
+                            }
                         }
                     }
                 }

@@ -2,6 +2,8 @@
 //! the rows.
 
 use crate::report::Row;
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use rsmpi::{request, Process, SimpleCommunicator, Universe};
 use std::hint::black_box;
 use std::time::Instant;
@@ -67,6 +69,27 @@ pub fn prepost_count(size: usize, quick: bool) -> usize {
     iters.min(if quick { 500 } else { 2000 }).min(cap).max(8)
 }
 
+/// (timed iterations, warm-up iterations) of a collective, as OSU's collectives
+/// (`COLL_LOOP_SMALL`/`COLL_SKIP_SMALL` up to 8 KiB, `_LARGE` above; quick: a tenth).
+pub fn coll_iters(size: usize, quick: bool) -> (usize, usize) {
+    match (size > LARGE, quick) {
+        (false, false) => (1_000, 100),
+        (true, false) => (100, 10),
+        (false, true) => (100, 10),
+        (true, true) => (10, 1),
+    }
+}
+
+/// Message sizes of a collective: powers of two from 4 B (one float) to `max`
+/// (barrier: the single size 0).
+pub fn coll_sizes(bench: &str, min: usize, max: usize) -> Vec<usize> {
+    if bench == "barrier" {
+        vec![0]
+    } else {
+        sizes(min.max(4), max)
+    }
+}
+
 /// Pins the calling process to one CPU (rank modulo the CPUs it may use), as
 /// `mpirun --bind-to core` does; does nothing when there are more ranks than CPUs.
 pub fn pin(rank: usize, nranks: usize) {
@@ -124,9 +147,10 @@ impl Ctx<'_> {
             value,
             unit: unit.into(),
             iterations: iters as u64,
+            ranks: self.n as u32,
         });
     }
-    fn peer(&self) -> Process {
+    fn peer(&self) -> Process<'_> {
         self.world.process_at_rank(1 - self.me as i32)
     }
     fn need_two(&self, what: &str) -> bool {
@@ -163,6 +187,7 @@ pub fn run(universe: &Universe, bench: &str, opts: &Opts) -> Vec<Row> {
         "mbw_mr" => mbw_mr(&mut c),
         "multi_lat" => multi_lat(&mut c),
         "overlap" => overlap(&mut c),
+        b if crate::report::is_collective(b) => collective(&mut c, b),
         other => {
             eprintln!("rsmpi-bench: no in-job benchmark {other:?}");
             universe.abort(2);
@@ -394,7 +419,7 @@ fn queue_depth(c: &mut Ctx) {
 }
 
 /// Senders are ranks 0..pairs, each paired with rank + pairs.
-fn pair_of(c: &Ctx) -> Option<(bool, Process)> {
+fn pair_of<'c>(c: &'c Ctx) -> Option<(bool, Process<'c>)> {
     let p = c.opts.pairs.max(1).min(c.n / 2);
     if c.me < p {
         Some((true, c.world.process_at_rank((c.me + p) as i32)))
@@ -665,6 +690,95 @@ fn overlap(c: &mut Ctx) {
                     );
                 }
             }
+        }
+        c.world.barrier();
+    }
+}
+
+/// One OSU collective benchmark (osu_allreduce, osu_bcast, osu_reduce, osu_allgather,
+/// osu_alltoall, osu_barrier) on every rank of the job: for each size, `skip` warm-up
+/// calls and `iters` timed ones, each preceded by an untimed barrier (as OMB 7) and
+/// timed on its own; each rank's latency is its mean time per call, and rank 0 reports
+/// the average (metric ""), minimum and maximum over the ranks. Reductions are float
+/// sums (`size / 4` elements); bcast and reduce are rooted at rank 0; for allgather
+/// and alltoall `size` is the block each rank contributes to each rank.
+fn collective(c: &mut Ctx, bench: &str) {
+    use rsmpi::collective::SystemOperation;
+    let n = c.n;
+    for size in coll_sizes(bench, c.opts.min_size, c.opts.max_size) {
+        let root = c.world.process_at_rank(0);
+        let (iters, skip) = coll_iters(size, c.opts.quick);
+        let floats = size / 4;
+        let fsend = vec![1.0f32; floats];
+        let mut frecv = vec![0.0f32; floats];
+        let bytes = match bench {
+            "allgather" => size,
+            "alltoall" => size * n,
+            _ => size,
+        };
+        let bsend = vec![b'c'; bytes];
+        let mut brecv = vec![0u8; size * n];
+        if bench == "bcast" && c.me == 0 {
+            brecv.fill(b'c');
+        }
+        let mut timer = 0.0;
+        c.world.barrier();
+        for i in 0..iters + skip {
+            c.world.barrier();
+            let t0 = rsmpi::time();
+            match bench {
+                "allreduce" => {
+                    c.world
+                        .all_reduce_into(&fsend[..], &mut frecv[..], SystemOperation::sum())
+                }
+                "reduce" => {
+                    if c.me == 0 {
+                        root.reduce_into_root(&fsend[..], &mut frecv[..], SystemOperation::sum());
+                    } else {
+                        root.reduce_into(&fsend[..], SystemOperation::sum());
+                    }
+                }
+                "bcast" => root.broadcast_into(&mut brecv[..size]),
+                "allgather" => c.world.all_gather_into(&bsend[..], &mut brecv[..]),
+                "alltoall" => c.world.all_to_all_into(&bsend[..], &mut brecv[..]),
+                "barrier" => c.world.barrier(),
+                _ => unreachable!(),
+            }
+            let t1 = rsmpi::time();
+            if i >= skip {
+                timer += t1 - t0;
+            }
+        }
+        // the results are right (checked once, after the timing)
+        match bench {
+            "allreduce" => assert!(frecv.iter().all(|&x| x == n as f32), "allreduce: wrong sum"),
+            "reduce" if c.me == 0 => {
+                assert!(frecv.iter().all(|&x| x == n as f32), "reduce: wrong sum")
+            }
+            "bcast" => assert!(
+                brecv[..size].iter().all(|&b| b == b'c'),
+                "bcast: payload corrupted"
+            ),
+            "allgather" | "alltoall" => {
+                assert!(
+                    brecv.iter().all(|&b| b == b'c'),
+                    "{bench}: payload corrupted"
+                )
+            }
+            _ => {}
+        }
+        let lat = timer * 1e6 / iters as f64;
+        let mut all = vec![0.0f64; n];
+        if c.me == 0 {
+            root.gather_into_root(&lat, &mut all[..]);
+            let avg = all.iter().sum::<f64>() / n as f64;
+            let min = all.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = all.iter().copied().fold(0.0, f64::max);
+            c.row(bench, "", size, avg, "us", iters);
+            c.row(bench, "min", size, min, "us", iters);
+            c.row(bench, "max", size, max, "us", iters);
+        } else {
+            root.gather_into(&lat);
         }
         c.world.barrier();
     }

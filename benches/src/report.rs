@@ -1,5 +1,7 @@
 //! Result rows, OSU-style text tables, JSON output and the ratio columns.
 
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -26,6 +28,29 @@ pub struct Row {
     pub unit: String,
     /// Timed iterations behind the value.
     pub iterations: u64,
+    /// Ranks in the job (2 for the point-to-point benchmarks; 2, 3, 4... for the
+    /// collectives, whose tables are per rank count).
+    #[serde(default = "two")]
+    pub ranks: u32,
+}
+
+fn two() -> u32 {
+    2
+}
+
+/// The collective benchmarks (OSU's osu_allreduce, osu_bcast, ...).
+pub const COLLECTIVES: [&str; 6] = [
+    "allreduce",
+    "bcast",
+    "reduce",
+    "allgather",
+    "alltoall",
+    "barrier",
+];
+
+/// Whether `b` is one of [`COLLECTIVES`].
+pub fn is_collective(b: &str) -> bool {
+    COLLECTIVES.contains(&b)
 }
 
 /// Whether a larger value is better for this unit.
@@ -69,6 +94,7 @@ fn same_cell(a: &Row, b: &Row) -> bool {
         && a.metric == b.metric
         && a.unit == b.unit
         && a.size == b.size
+        && a.ranks == b.ranks
 }
 
 /// The column a row belongs to in its benchmark's table.
@@ -88,15 +114,32 @@ fn column(r: &Row) -> String {
 /// `rsmpi/best` follows: rsmpi divided by the best reference (lowest time, highest
 /// bandwidth).
 pub fn print_tables(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
-    let mut benches: Vec<&str> = Vec::new();
+    // one table per benchmark, and per rank count for the collectives
+    let key = |r: &Row| {
+        let n = if is_collective(&r.benchmark) {
+            r.ranks
+        } else {
+            0
+        };
+        (r.benchmark.clone(), n)
+    };
+    let mut benches: Vec<(String, u32)> = Vec::new();
     for r in rows {
-        if !benches.contains(&r.benchmark.as_str()) {
-            benches.push(&r.benchmark);
+        if !benches.contains(&key(r)) {
+            benches.push(key(r));
         }
     }
-    for b in benches {
-        let rs: Vec<&Row> = rows.iter().filter(|r| r.benchmark == b).collect();
-        if b == "table1" {
+    for (b, n) in benches {
+        let b = b.as_str();
+        let rs: Vec<&Row> = rows
+            .iter()
+            .filter(|r| key(r) == (b.to_string(), n))
+            // the tables show the average over ranks; min and max are in --json
+            .filter(|r| n == 0 || r.metric.is_empty())
+            .collect();
+        if n > 0 {
+            print_by_size(&format!("{b} ({n} ranks)"), &rs, out)?;
+        } else if b == "table1" {
             print_table1(&rs, out)?;
         } else if b == "limits" {
             print_limits(&rs, out)?;
@@ -109,7 +152,13 @@ pub fn print_tables(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
 }
 
 fn title(b: &str) -> &'static str {
-    match b {
+    match b.split(' ').next().unwrap_or(b) {
+        "allreduce" => "osu_allreduce: float sum, average over ranks of each rank's mean time per call",
+        "bcast" => "osu_bcast: root 0, average over ranks of each rank's mean time per call",
+        "reduce" => "osu_reduce: float sum to root 0, average over ranks of each rank's mean time per call",
+        "allgather" => "osu_allgather: size = bytes per rank, average over ranks of each rank's mean time per call",
+        "alltoall" => "osu_alltoall: size = bytes per rank pair, average over ranks of each rank's mean time per call",
+        "barrier" => "osu_barrier: average over ranks of each rank's mean time per call",
         "latency" => "Latency Test: blocking ping-pong, one-way time",
         "bw" => "Bandwidth Test: window of 64 non-blocking sends, one ack per window",
         "bibw" => "Bi-Directional Bandwidth Test: window of 64 each way",
@@ -310,6 +359,7 @@ mod tests {
             value,
             unit: unit.into(),
             iterations: 1,
+            ranks: 2,
         }
     }
 

@@ -2,6 +2,8 @@
 //! class, and the job and the other messages are unaffected.
 
 use crate::{pattern, Case};
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use rsmpi::{request, Error, ErrorClass, Universe, PROC_NULL};
 
 pub fn cases() -> Vec<Case> {
@@ -186,15 +188,15 @@ fn bad_count_and_buffer(u: Universe) {
 /// persistent request started twice; `MPI_ERR_COMM` for a freed communicator;
 /// `MPI_ERR_BUFFER` for buffered sends without (enough) buffer.
 fn bad_datatype_and_request(u: Universe) {
-    use rsmpi::{Datatype, View};
+    use rsmpi::{datatype::UserDatatype as Datatype, View};
     let w = u.world();
     let p = w.process_at_rank(1 - w.rank());
     bracket(&u, || {
-        let f = Datatype::of::<f64>();
+        let f = f64::equivalent_datatype();
         let m = [0f64; 4];
         let col = Datatype::vector(4, 1, 5, &f);
         let e = p
-            .try_send_with_tag(&View::with_count_and_datatype(&m[..], 1, &col), 1)
+            .try_send_with_tag(&View::new(&m[..], 1, &col), 1)
             .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Type, "{e}");
         let mut b = [0u8; 4];
@@ -244,7 +246,7 @@ fn bad_datatype_and_request(u: Universe) {
 /// panicking (non-`try_`) forms name the call and the cause; a second `initialize`
 /// while initialized is `AlreadyInitialized`.
 fn after_finalize(u: Universe) {
-    let e = rsmpi::initialize()
+    let e = rsmpi::try_initialize()
         .err()
         .expect("second initialize must fail");
     assert_eq!(e, Error::AlreadyInitialized);

@@ -13,6 +13,8 @@
 //! transport and mode.
 #![forbid(unsafe_code)]
 
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -134,7 +136,7 @@ pub fn rank_main(name: &str) {
             std::fs::rename(&tmp, Path::new(&dir).join(format!("pid.{r}"))).expect("pid file");
         }
     }
-    let u = rsmpi::initialize().expect("rsmpi::initialize");
+    let u = rsmpi::try_initialize().expect("rsmpi::initialize");
     body(u);
 }
 

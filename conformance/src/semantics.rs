@@ -2,6 +2,8 @@
 //! checks. Section numbers refer to the MPI-1.3 / MPI-3.1 standard, chapter 3.
 
 use crate::{pattern, Case};
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use rsmpi::{request, Error, ErrorClass, SimpleCommunicator, Status, Universe, PROC_NULL};
 use std::time::{Duration, Instant};
 
@@ -59,7 +61,7 @@ pub fn cases() -> Vec<Case> {
     ]
 }
 
-fn other(w: &SimpleCommunicator) -> rsmpi::Process {
+fn other(w: &SimpleCommunicator) -> rsmpi::Process<'_> {
     w.process_at_rank(1 - w.rank())
 }
 
@@ -273,7 +275,7 @@ fn wildcards(u: Universe) {
         for _ in 0..4 {
             let (v, st) = w.any_process().receive_vec::<i32>();
             assert_eq!(v, val(st.source_rank(), st.tag()).to_vec());
-            assert_eq!(st.count::<i32>(), 3);
+            assert_eq!(st.count(i32::equivalent_datatype()) as usize, 3);
             seen.push((st.source_rank(), st.tag()));
         }
         seen.sort();
@@ -461,10 +463,13 @@ fn ready_send(u: Universe) {
         assert!(p.immediate_probe().is_none());
     } else {
         w.barrier();
-        p.ready_send_with_tag(&pattern(64, 1)[..], 1);
+        p.try_ready_send_with_tag(&pattern(64, 1)[..], 1)
+            .expect("rsend");
         let big = pattern(50_000, 2);
         request::scope(|sc| {
-            p.immediate_ready_send_with_tag(sc, &big[..], 2).wait();
+            p.try_immediate_send_with_tag(sc, &big[..], 2, rsmpi::SendMode::Ready)
+                .expect("irsend")
+                .wait();
         });
         w.barrier();
         for len in [8usize, 50_000] {
@@ -622,11 +627,17 @@ fn mpi_example_probe(u: Universe) {
                 if st.source_rank() == 0 {
                     let mut i = [0i32; 5];
                     let s = w.process_at_rank(0).receive_into_with_tag(&mut i[..], 0);
-                    assert_eq!((i, s.count::<i32>()), ([7; 5], 5));
+                    assert_eq!(
+                        (i, s.count(i32::equivalent_datatype()) as usize),
+                        ([7; 5], 5)
+                    );
                 } else {
                     let mut x = [0f64; 3];
                     let s = w.process_at_rank(1).receive_into_with_tag(&mut x[..], 0);
-                    assert_eq!((x, s.count::<f64>()), ([1.5; 3], 3));
+                    assert_eq!(
+                        (x, s.count(f64::equivalent_datatype()) as usize),
+                        ([1.5; 3], 3)
+                    );
                 }
             }
             assert!(w.any_process().immediate_probe().is_none());
@@ -901,7 +912,7 @@ fn zero_length(u: Universe) {
         p.buffered_send_with_tag(&empty[..], 3);
         u.buffer_detach().unwrap();
         w.barrier();
-        p.ready_send_with_tag(&empty[..], 4);
+        p.try_ready_send_with_tag(&empty[..], 4).expect("rsend");
         request::scope(|sc| {
             p.immediate_send_with_tag(sc, &empty[..], 5).wait();
         });
@@ -924,7 +935,10 @@ fn zero_length(u: Universe) {
                 .immediate_receive_into_with_tag(sc, &mut e2[..], 4);
             w.barrier();
             let s = r.wait();
-            assert_eq!((st3(&s), s.count::<u32>()), ((0, 4, 0), 0));
+            assert_eq!(
+                (st3(&s), s.count(u32::equivalent_datatype()) as usize),
+                ((0, 4, 0), 0)
+            );
         });
         let (v, s) = p.receive_vec::<u8>();
         assert_eq!((v.len(), s.tag()), (0, 5));
@@ -941,7 +955,8 @@ fn proc_null(u: Universe) {
     let check = |s: Status| assert_eq!(st3(&s), (PROC_NULL, -1, 0));
     n.send_with_tag(&[1u8; 100][..], 1);
     n.synchronous_send_with_tag(&[1u8; 100][..], 1);
-    n.ready_send_with_tag(&[1u8; 100][..], 1);
+    n.try_ready_send_with_tag(&[1u8; 100][..], 1)
+        .expect("rsend");
     n.buffered_send_with_tag(&[1u8; 100][..], 1); // no buffer needed
     let mut b = [5u8; 8];
     check(n.receive_into_with_tag(&mut b[..], 3));
@@ -1268,7 +1283,7 @@ fn request_collections(u: Universe) {
         .map(|i| [i as u16 + 100 * w.rank() as u16; 4])
         .collect();
     request::scope(|sc| {
-        let mut reqs: Vec<Option<request::Request>> = vec![None];
+        let mut reqs: Vec<Option<request::Request<_, _>>> = vec![None];
         for (i, b) in bufs.iter_mut().enumerate() {
             reqs.push(Some(p.immediate_receive_into_with_tag(
                 sc,
@@ -1288,7 +1303,7 @@ fn request_collections(u: Universe) {
             p.send_with_tag(&o[..], i as i32);
         }
         let mut done = Vec::new();
-        let (i, st) = request::wait_any(&mut reqs).expect("active requests");
+        let (i, st) = request::wait_any_of(&mut reqs).expect("active requests");
         assert!(reqs[i].is_none() && reqs[0].is_none());
         done.push((i, st.tag()));
         while done.len() < 3 {
@@ -1311,7 +1326,7 @@ fn request_collections(u: Universe) {
         assert_eq!(done, vec![(1, 0), (2, 1), (3, 2), (5, 3), (6, 4), (7, 5)]);
         assert!(reqs.iter().all(Option::is_none));
         assert!(
-            request::wait_any(&mut reqs).is_none(),
+            request::wait_any_of(&mut reqs).is_none(),
             "all inactive: MPI_UNDEFINED"
         );
         assert!(matches!(
@@ -1329,29 +1344,32 @@ fn request_collections(u: Universe) {
 /// §4 derived datatypes: vector (a matrix column), indexed, and a struct with a gap,
 /// sent and received non-contiguously; type signatures of different layouts match.
 fn derived_datatypes(u: Universe) {
-    use rsmpi::{Datatype, MutView, View};
+    use rsmpi::{datatype::UserDatatype as Datatype, MutView, View};
     let w = u.world();
     let p = other(&w);
-    let f = Datatype::of::<f64>();
+    let f = f64::equivalent_datatype();
     if w.rank() == 0 {
         let m: Vec<f64> = (0..20).map(|x| x as f64).collect();
         let col = Datatype::vector(4, 1, 5, &f);
-        p.send_with_tag(&View::with_count_and_datatype(&m[2..], 1, &col), 1);
+        p.send_with_tag(&View::new(&m[2..], 1, &col), 1);
         let idx = Datatype::indexed(&[1, 2], &[0, 3], &f);
-        let v = View::with_count_and_datatype(&m[..], 2, &idx);
+        let v = View::new(&m[..], 2, &idx);
         request::scope(|sc| {
             p.immediate_send_with_tag(sc, &v, 2).wait();
         });
         // a big strided send (rendezvous size): every other element of 40000
         let big: Vec<f64> = (0..40_000).map(|x| x as f64).collect();
         let every_other = Datatype::vector(20_000, 1, 2, &f);
-        p.send_with_tag(&View::with_count_and_datatype(&big[..], 1, &every_other), 3);
+        p.send_with_tag(&View::new(&big[..], 1, &every_other), 3);
     } else {
         let (v, st) = p.receive_vec_with_tag::<f64>(1);
-        assert_eq!((v, st.count::<f64>()), (vec![2.0, 7.0, 12.0, 17.0], 4));
+        assert_eq!(
+            (v, st.count(f64::equivalent_datatype()) as usize),
+            (vec![2.0, 7.0, 12.0, 17.0], 4)
+        );
         let mut dst = vec![-1.0f64; 12];
         let every_other = Datatype::vector(6, 1, 2, &f);
-        let mut mv = MutView::with_count_and_datatype(&mut dst[..], 1, &every_other);
+        let mut mv = MutView::new(&mut dst[..], 1, &every_other);
         request::scope(|sc| {
             let st = p.immediate_receive_into_with_tag(sc, &mut mv, 2).wait();
             assert_eq!(st.count_bytes(), 48);
@@ -1363,10 +1381,7 @@ fn derived_datatypes(u: Universe) {
         // received into the odd slots of a 40000 array (a gap at each even slot)
         let mut dst = vec![-1.0f64; 40_000];
         let odd = Datatype::vector(20_000, 1, 2, &f);
-        let st = p.receive_into_with_tag(
-            &mut MutView::with_count_and_datatype(&mut dst[1..], 1, &odd),
-            3,
-        );
+        let st = p.receive_into_with_tag(&mut MutView::new(&mut dst[1..], 1, &odd), 3);
         assert_eq!(st.count_bytes(), 160_000);
         for (i, x) in dst.iter().enumerate() {
             let want = if i % 2 == 1 { (i - 1) as f64 } else { -1.0 };

@@ -16,6 +16,8 @@
 //!   matches it, *a* must have been taken by a receive posted earlier).
 
 use crate::{Case, Ctx, Matching};
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use rsmpi::{request, Rank, Universe};
 use std::time::{Duration, Instant};
 
@@ -582,7 +584,7 @@ pub fn rank_main() {
         .expect("duration")
         .parse()
         .expect("duration");
-    let u = rsmpi::initialize().expect("rsmpi::initialize");
+    let u = rsmpi::try_initialize().expect("rsmpi::initialize");
     let w = u.world();
     let ctl = w.duplicate();
     let (me, n) = (w.rank() as u32, w.size() as u32);
@@ -698,7 +700,7 @@ fn run_round(
     let mut results: Vec<Option<Raw>> = Vec::new();
     let mut replaced: Vec<usize> = Vec::new();
     request::scope(|sc| {
-        let mut reqs: Vec<Option<request::Request>> = Vec::new();
+        let mut reqs: Vec<Option<request::Request<_, _>>> = Vec::new();
         let mut decoy_buf = Some(&mut decoy);
         let mut decoy_req = None;
         let mut bufs_it = bufs.iter_mut();
@@ -720,12 +722,20 @@ fn run_round(
                         SendKind::Issend => {
                             sreqs.push(p.immediate_synchronous_send_with_tag(sc, &data[..], m.tag))
                         }
-                        SendKind::Irsend => {
-                            sreqs.push(p.immediate_ready_send_with_tag(sc, &data[..], m.tag))
-                        }
+                        SendKind::Irsend => sreqs.push(
+                            p.try_immediate_send_with_tag(
+                                sc,
+                                &data[..],
+                                m.tag,
+                                rsmpi::SendMode::Ready,
+                            )
+                            .expect("irsend"),
+                        ),
                         SendKind::Send => p.send_with_tag(&data[..], m.tag),
                         SendKind::Ssend => p.synchronous_send_with_tag(&data[..], m.tag),
-                        SendKind::Rsend => p.ready_send_with_tag(&data[..], m.tag),
+                        SendKind::Rsend => {
+                            p.try_ready_send_with_tag(&data[..], m.tag).expect("rsend")
+                        }
                     }
                 }
                 if rp.pause_ms > 0 {
@@ -794,7 +804,7 @@ fn run_round(
         }
         match rp.completion {
             1 => {
-                while let Some((i, s)) = request::wait_any(&mut reqs) {
+                while let Some((i, s)) = request::wait_any_of(&mut reqs) {
                     results[i] = Some(raw(Ok(s)));
                 }
             }
@@ -847,10 +857,10 @@ fn run_round(
 
 fn start_recv<'s, 'e>(
     w: &rsmpi::SimpleCommunicator,
-    sc: &'s request::Scope<'s, 'e>,
+    sc: &'s request::LocalScope<'s, 'e>,
     spec: Spec,
     b: &'s mut [u8],
-) -> request::Request<'s> {
+) -> request::Request<'s, [u8], &'s request::LocalScope<'s, 'e>> {
     match (spec.source, spec.tag) {
         (Some(s), Some(t)) => w
             .process_at_rank(s as Rank)

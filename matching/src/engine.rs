@@ -788,6 +788,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Size of the attached buffer (0 when none).
+    pub fn buffer_size(&self) -> u64 {
+        self.bsend.map_or(0, |b| b.0)
+    }
+
     /// Detaches the buffer; returns its size, or `None` while buffered sends are still
     /// in flight (the driver keeps progressing and asks again).
     pub fn detach_buffer(&mut self) -> Result<Option<u64>, CallError> {

@@ -7,6 +7,8 @@
 //! `rsmpirun -n 2` it runs as it is. `--max-size BYTES` and `--iters N` tune it.
 
 use rsmpi::request;
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use std::time::Instant;
 
 fn arg(name: &str, default: usize) -> usize {

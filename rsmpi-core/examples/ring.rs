@@ -1,4 +1,7 @@
+//! The README's example: a ring exchange with a pre-posted receive, then an all-reduce.
+use rsmpi::collective::SystemOperation;
 use rsmpi::request;
+use rsmpi::traits::*;
 
 fn main() {
     let universe = rsmpi::initialize().expect("MPI init");
@@ -16,6 +19,9 @@ fn main() {
         let status = r.wait();
         assert_eq!(status.source_rank(), (me + n - 1) % n);
     });
+    let mut sum = 0.0;
+    world.all_reduce_into(&got[0], &mut sum, SystemOperation::sum());
+    assert_eq!(sum, (0..n).map(f64::from).sum::<f64>());
     println!(
         "rank {me}: got {} from my left; paths: {}",
         got[0],

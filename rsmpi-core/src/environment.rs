@@ -1,8 +1,9 @@
-//! Start-up and shut-down: [`initialize`], [`Universe`], time.
+//! Start-up and shut-down (`mpi::environment`): [`initialize`], [`Universe`], time,
+//! and the environment inquiries.
 
 use crate::error::{Error, Result};
 use crate::progress::{self, State};
-use crate::topology::SimpleCommunicator;
+use crate::topology::{Communicator, SimpleCommunicator};
 use launcher::Boot;
 use matching::{Config, Engine, MatchingMode, RecvProtocol};
 use rustc_hash::FxHashMap as HashMap;
@@ -122,7 +123,20 @@ fn size_credits(cfg: &mut Config, caps: &transport::Caps) {
 
 /// Initializes MPI (`MPI_Init`): joins the job started by `rsmpirun` (or runs as a
 /// job of one rank when started directly).
-pub fn initialize() -> Result<Universe> {
+///
+/// As in the `mpi` crate, `None` means MPI was already initialized; any other failure
+/// (a bad setting, a launcher or transport that cannot start) panics with its cause.
+/// [`try_initialize`] returns every error instead.
+pub fn initialize() -> Option<Universe> {
+    match try_initialize() {
+        Ok(u) => Some(u),
+        Err(Error::AlreadyInitialized) => None,
+        Err(e) => panic!("rsmpi: initialize: {e}"),
+    }
+}
+
+/// [`initialize`] returning errors.
+pub fn try_initialize() -> Result<Universe> {
     let cfg = config_from_env()?;
     initialize_with(cfg)
 }
@@ -140,7 +154,52 @@ pub enum Threading {
 /// initialized (the library state is that thread's); the level provided is returned.
 pub fn initialize_thread(required: Threading) -> Result<(Universe, Threading)> {
     let _ = required;
-    Ok((initialize()?, Threading::Funneled))
+    Ok((try_initialize()?, Threading::Funneled))
+}
+
+/// `MPI_Init_thread` in the `mpi` crate's spelling: the level provided is
+/// `Funneled` at most (see [`initialize_thread`]).
+/// `None` when MPI is already initialized (see [`initialize`]).
+pub fn initialize_with_threading(required: Threading) -> Option<(Universe, Threading)> {
+    match initialize_thread(required) {
+        Ok((u, provided)) => Some((u, provided.min(required))),
+        Err(Error::AlreadyInitialized) => None,
+        Err(e) => panic!("rsmpi: initialize: {e}"),
+    }
+}
+
+/// The thread support level of the running library (`MPI_Query_thread`).
+pub fn threading_support() -> Threading {
+    Threading::Funneled
+}
+
+/// Whether MPI is initialized on this thread and not yet finalized.
+pub fn is_initialized() -> bool {
+    progress::try_with(|_| ()).is_ok()
+}
+
+/// Whether MPI was finalized in this process.
+pub fn is_finalized() -> bool {
+    FINALIZED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static FINALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The version of the MPI standard implemented (`MPI_Get_version`): MPI-1's
+/// point-to-point and collective operations, with the MPI-3 matched probes, so 3.1.
+pub fn version() -> (i32, i32) {
+    (3, 1)
+}
+
+/// The library's name and version (`MPI_Get_library_version`).
+pub fn library_version() -> std::result::Result<String, std::string::FromUtf8Error> {
+    Ok(format!("rsmpi {}", env!("CARGO_PKG_VERSION")))
+}
+
+/// The name of this node (`MPI_Get_processor_name`).
+pub fn processor_name() -> std::result::Result<String, std::string::FromUtf8Error> {
+    let name = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_else(|_| b"localhost".to_vec());
+    String::from_utf8(name).map(|s| s.trim().to_string())
 }
 
 /// Initializes MPI with explicit protocol settings (all ranks must agree).
@@ -182,13 +241,16 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         next_null: 0,
         groups: HashMap::from_iter([(1, progress::Group::new(vec![me]))]),
         freed: Default::default(),
+        names: Default::default(),
+        owned_done: Default::default(),
+        colls: Default::default(),
         start: std::time::Instant::now(),
     })?;
     let u = Universe {
         _not_send: std::marker::PhantomData,
     };
     // every rank has its rings mapped before anyone sends
-    u.world().barrier();
+    crate::collective::CommunicatorCollectives::barrier(&u.world());
     Ok(u)
 }
 
@@ -201,6 +263,35 @@ impl Universe {
     /// `MPI_COMM_SELF`.
     pub fn self_comm(&self) -> SimpleCommunicator {
         SimpleCommunicator::self_comm()
+    }
+
+    /// The number of ranks the job has (`MPI_UNIVERSE_SIZE`): its size, as rsmpi
+    /// cannot spawn processes.
+    pub fn size(&self) -> Option<usize> {
+        Some(self.world().size() as usize)
+    }
+
+    /// The size of the attached buffered-send buffer (0 when none).
+    pub fn buffer_size(&self) -> usize {
+        progress::with(|s| s.engine.buffer_size()) as usize
+    }
+
+    /// Attaches a buffer of `size` bytes for buffered sends, detaching (and waiting
+    /// for) any earlier one first; 0 detaches only.
+    pub fn set_buffer_size(&mut self, size: usize) {
+        self.detach_buffer();
+        if size > 0 {
+            self.buffer_attach(size)
+                .unwrap_or_else(|e| crate::topology::fail("buffer_attach", e));
+        }
+    }
+
+    /// Detaches the buffered-send buffer, waiting until every buffered send has left.
+    pub fn detach_buffer(&mut self) {
+        if self.buffer_size() > 0 {
+            self.buffer_detach()
+                .unwrap_or_else(|e| crate::topology::fail("buffer_detach", e));
+        }
     }
 
     /// Counters of which path sends took (direct write, eager, rendezvous).
@@ -250,8 +341,9 @@ impl Drop for Universe {
         }
         // MPI_Finalize: finish outstanding traffic, then make sure no peer still
         // needs our rings before unmapping them.
-        self.world().barrier();
+        crate::collective::CommunicatorCollectives::barrier(&self.world());
         progress::uninstall();
+        FINALIZED.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -38,21 +38,19 @@ pub(crate) enum SendSrc {
 
 /// Where a receive's bytes go.
 pub(crate) enum RecvDst {
+    /// A buffer lent by the caller.
     Region(RegionId),
-    /// A non-contiguous receive: the message lands contiguously in `tmp` and is
-    /// scattered into the lent region when it completes.
-    Packed {
-        tmp: Vec<u8>,
-        region: RegionId,
-        datatype: crate::Datatype,
-        count: usize,
-    },
+    /// The library's own buffer: kept in `State::owned_done` when the receive
+    /// completes, for the request to unpack (padding, datatypes with gaps,
+    /// collectives).
+    Owned(Vec<u8>),
 }
 
 impl RecvDst {
-    pub fn region(&self) -> RegionId {
+    pub fn region(&self) -> Option<RegionId> {
         match self {
-            RecvDst::Region(r) | RecvDst::Packed { region: r, .. } => *r,
+            RecvDst::Region(r) => Some(*r),
+            RecvDst::Owned(_) => None,
         }
     }
 
@@ -60,16 +58,26 @@ impl RecvDst {
     pub fn bytes<'a>(&'a mut self, regions: &'a mut Regions) -> Option<&'a mut [u8]> {
         match self {
             RecvDst::Region(r) => regions.slice_mut(*r),
-            RecvDst::Packed { tmp, .. } => Some(tmp),
+            RecvDst::Owned(v) => Some(v),
+        }
+    }
+
+    /// Their number.
+    pub fn capacity(&self, regions: &Regions) -> usize {
+        match self {
+            RecvDst::Region(r) => regions.len(*r).unwrap_or(0),
+            RecvDst::Owned(v) => v.len(),
         }
     }
 }
 
 /// A completed request's result.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Done {
     Recv(RecvOutcome),
     Send(SendOutcome),
+    /// A collective schedule finished (its result is in `owned_done`).
+    Coll(Result<()>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,6 +86,8 @@ pub(crate) enum Key {
     Send(SendId),
     /// A `PROC_NULL` operation: complete from the start.
     Null(u64),
+    /// A collective schedule.
+    Coll(u64),
 }
 
 /// The request using each lent region, indexed by the region's dense index.
@@ -195,6 +205,13 @@ pub(crate) struct State {
     pub groups: HashMap<u32, Group>,
     /// Contexts of freed communicators.
     pub freed: rustc_hash::FxHashSet<u32>,
+    /// Communicator names (`MPI_Comm_set_name`) by context.
+    pub names: HashMap<u32, String>,
+    /// The data of completed receives into the library's own buffers, until their
+    /// request collects it.
+    pub owned_done: HashMap<Key, Vec<u8>>,
+    /// Collective schedules in progress.
+    pub colls: crate::collective::exec::Colls,
     pub start: std::time::Instant,
 }
 
@@ -269,6 +286,7 @@ impl State {
     pub fn progress(&mut self) -> bool {
         let n = self.poll_incoming();
         self.run_outputs();
+        crate::collective::exec::advance_all(self);
         n > 0
     }
 
@@ -372,6 +390,15 @@ impl State {
         }
     }
 
+    /// Asks the engine to cancel the operation of `key` (`MPI_Cancel`).
+    pub fn cancel(&mut self, key: Key) {
+        let _ = match key {
+            Key::Recv(r) => self.engine.cancel_recv(r),
+            Key::Send(x) => self.engine.cancel_send(x),
+            Key::Null(_) | Key::Coll(_) => Ok(()),
+        };
+    }
+
     pub fn run_outputs(&mut self) {
         while let Some(o) = self.engine.poll_output() {
             match o {
@@ -441,25 +468,17 @@ impl State {
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
-                    let dst = self.recv_dst.remove(&recv);
-                    if let Some(d) = &dst {
-                        self.by_region.remove(&d.region());
-                    }
-                    if let Some(RecvDst::Packed {
-                        tmp,
-                        region,
-                        datatype,
-                        count,
-                    }) = dst
-                    {
-                        let len = match outcome {
-                            RecvOutcome::Received { len, .. } => len as usize,
-                            RecvOutcome::Cancelled => 0,
-                        };
-                        let dst = self.regions.slice_mut(region).expect("lent mutably");
-                        if let Err(e) = datatype.unpack(count, &tmp[..len], dst) {
-                            self.fatal("unpack", &e);
+                    match self.recv_dst.remove(&recv) {
+                        Some(RecvDst::Region(r)) => self.by_region.remove(&r),
+                        Some(RecvDst::Owned(mut v)) => {
+                            let len = match outcome {
+                                RecvOutcome::Received { len, .. } => len as usize,
+                                RecvOutcome::Cancelled => 0,
+                            };
+                            v.truncate(len);
+                            self.owned_done.insert(Key::Recv(recv), v);
                         }
+                        None => {}
                     }
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
@@ -620,15 +639,11 @@ impl RegionHost for Host {
                 .filter(|k| match k {
                     Key::Recv(r) => s.recv_dst.contains_key(r),
                     Key::Send(x) => s.send_src.contains_key(x),
-                    Key::Null(_) => false,
+                    Key::Null(_) | Key::Coll(_) => false,
                 })
                 .collect();
             for k in &keys {
-                let _ = match k {
-                    Key::Recv(r) => s.engine.cancel_recv(*r),
-                    Key::Send(x) => s.engine.cancel_send(*x),
-                    Key::Null(_) => Ok(()),
-                };
+                s.cancel(*k);
             }
             s.run_outputs();
             keys

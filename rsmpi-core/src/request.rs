@@ -1,66 +1,243 @@
-//! Non-blocking requests, which live inside a [`scope`].
+//! Non-blocking requests (`mpi::request`), which live inside a [`scope`].
+//!
+//! ```no_run
+//! use rsmpi::traits::*;
+//! let universe = rsmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let peer = world.process_at_rank(1 - world.rank());
+//! let mut got = [0u64; 4];
+//! let out = [world.rank() as u64; 4];
+//! rsmpi::request::scope(|scope| {
+//!     let r = peer.immediate_receive_into(scope, &mut got[..]);
+//!     let s = peer.immediate_send(scope, &out[..]);
+//!     s.wait();
+//!     r.wait();
+//! });
+//! ```
 
 use crate::error::{Error, Result};
+use crate::point_to_point::Status;
 use crate::progress::{self, Done, Key, HOST};
-use crate::topology::Status;
 use matching::{RecvOutcome, SendError, SendOutcome};
-use transport::mem;
+use std::marker::PhantomData;
+use transport::mem::{self, RegionId};
 
-/// The scope that immediate operations lend their buffers to.
-pub type Scope<'s, 'e> = mem::Scope<'s, 'e, progress::Host>;
+/// The scope that immediate operations lend their buffers to (`mpi::request::LocalScope`).
+pub type LocalScope<'s, 'e> = mem::Scope<'s, 'e, progress::Host>;
+
+/// A lent receive buffer and the way back to it.
+pub(crate) type Loan<'a, D> = mem::Loan<'a, D, progress::Host>;
+
+/// Something immediate operations can lend buffers to for `'a`: a [`LocalScope`]
+/// (from [`scope`]) or [`StaticScope`] for `'static` buffers.
+pub trait Scope<'a> {
+    /// Lends `buf` for reading.
+    #[doc(hidden)]
+    fn rsmpi_lend(&self, buf: &'a [u8]) -> RegionId;
+    /// Lends `buf` for writing, keeping the way back to it.
+    #[doc(hidden)]
+    fn rsmpi_lend_mut<D: ?Sized>(
+        &self,
+        buf: &'a mut D,
+        bytes: impl FnOnce(&mut D) -> &mut [u8],
+    ) -> Loan<'a, D>;
+}
+
+impl<'s, 'e> Scope<'s> for &'s LocalScope<'s, 'e> {
+    fn rsmpi_lend(&self, buf: &'s [u8]) -> RegionId {
+        self.lend(buf)
+    }
+    fn rsmpi_lend_mut<D: ?Sized>(
+        &self,
+        buf: &'s mut D,
+        bytes: impl FnOnce(&mut D) -> &mut [u8],
+    ) -> Loan<'s, D> {
+        self.lend_typed_mut(buf, bytes)
+    }
+}
+
+/// The scope of requests on `'static` buffers (and of immediate collectives without
+/// buffers, such as [`immediate_barrier`](crate::collective::CommunicatorCollectives::immediate_barrier)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct StaticScope;
+
+fn static_scope() -> &'static LocalScope<'static, 'static> {
+    thread_local! {
+        static S: &'static LocalScope<'static, 'static> = mem::leak_scope(&HOST);
+    }
+    S.with(|s| *s)
+}
+
+impl Scope<'static> for StaticScope {
+    fn rsmpi_lend(&self, buf: &'static [u8]) -> RegionId {
+        static_scope().lend(buf)
+    }
+    fn rsmpi_lend_mut<D: ?Sized>(
+        &self,
+        buf: &'static mut D,
+        bytes: impl FnOnce(&mut D) -> &mut [u8],
+    ) -> Loan<'static, D> {
+        static_scope().lend_typed_mut(buf, bytes)
+    }
+}
 
 /// Runs `f` with a scope for immediate (non-blocking) operations. Buffers passed to
 /// `immediate_*` calls stay borrowed until the scope ends; requests not completed by
 /// then are cancelled and finished before `scope` returns, so no data can land in a
 /// buffer after it is handed back.
-///
-/// ```no_run
-/// use rsmpi::traits::*;
-/// let universe = rsmpi::initialize().unwrap();
-/// let world = universe.world();
-/// let peer = world.process_at_rank(1 - world.rank());
-/// let mut got = [0u64; 4];
-/// let out = [world.rank() as u64; 4];
-/// rsmpi::request::scope(|scope| {
-///     let r = peer.immediate_receive_into(scope, &mut got[..]);
-///     let s = peer.immediate_send(scope, &out[..]);
-///     s.wait();
-///     r.wait();
-/// });
-/// ```
-pub fn scope<'e, T>(f: impl for<'s> FnOnce(&'s Scope<'s, 'e>) -> T) -> T {
+pub fn scope<'e, T>(f: impl for<'s> FnOnce(&'s LocalScope<'s, 'e>) -> T) -> T {
     mem::scope(&HOST, f)
 }
 
-/// A pending non-blocking operation.
-#[must_use = "a request must be waited on or tested"]
-pub struct Request<'s> {
-    pub(crate) key: Key,
-    pub(crate) capacity: u64,
-    pub(crate) elem: usize,
-    pub(crate) ctx: u32,
-    pub(crate) _scope: std::marker::PhantomData<&'s ()>,
+/// A [`scope`] with a [`RequestCollection`] (`mpi::request::multiple_scope`).
+pub fn multiple_scope<'e, T, D: ?Sized + 'e>(
+    reserve: usize,
+    f: impl for<'s> FnOnce(&'s LocalScope<'s, 'e>, &mut RequestCollection<'s, D>) -> T,
+) -> T {
+    scope(|s| {
+        let mut coll = RequestCollection {
+            requests: Vec::with_capacity(reserve),
+        };
+        f(s, &mut coll)
+    })
 }
 
-impl Request<'_> {
+/// What completes a request: the library's key and what is needed to turn its
+/// outcome into a [`Status`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    pub key: Key,
+    pub capacity: u64,
+    pub elem: usize,
+    pub ctx: u32,
+}
+
+impl Pending {
+    pub(crate) fn new(key: Key, capacity: u64, elem: usize, ctx: u32) -> Pending {
+        Pending {
+            key,
+            capacity,
+            elem,
+            ctx,
+        }
+    }
+}
+
+/// The data a request hands back when it completes.
+pub(crate) enum Data<'a, D: ?Sized> {
+    /// A send's buffer.
+    Shared(&'a D),
+    /// A receive buffer lent to the scope as it is.
+    Loan(Loan<'a, D>),
+    /// A receive buffer the message is unpacked into on completion (it landed in
+    /// the library's own buffer: padding, a datatype with gaps, a collective).
+    Unpack(&'a mut D, fn(&mut D, &[u8]) -> Result<()>),
+}
+
+/// A pending non-blocking operation (`mpi::request::Request`). `D` is the buffer it
+/// uses, `S` its scope.
+#[must_use = "a request must be waited on or tested"]
+pub struct Request<'a, D: ?Sized = (), S = StaticScope> {
+    pub(crate) pending: Pending,
+    pub(crate) data: Data<'a, D>,
+    /// The user reduction of an immediate collective, lent at each wait or test.
+    pub(crate) coll_op: Option<Box<crate::collective::ops::Reducer<'a>>>,
+    pub(crate) _scope: PhantomData<S>,
+}
+
+impl<D: ?Sized, S> std::fmt::Debug for Request<'_, D, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("key", &self.pending.key)
+            .finish()
+    }
+}
+
+impl<'a, D: ?Sized, S> Request<'a, D, S> {
+    pub(crate) fn new(pending: Pending, data: Data<'a, D>) -> Self {
+        Request {
+            pending,
+            data,
+            coll_op: None,
+            _scope: PhantomData,
+        }
+    }
+
+    /// The same request with its scope type forgotten.
+    fn erase<S2>(self) -> Request<'a, D, S2> {
+        Request {
+            pending: self.pending,
+            data: self.data,
+            coll_op: self.coll_op,
+            _scope: PhantomData,
+        }
+    }
+
     /// Waits for completion (`MPI_Wait`); errors go to the error handler.
     pub fn wait(self) -> Status {
         self.try_wait()
             .unwrap_or_else(|e| crate::topology::fail("wait", e))
     }
 
+    /// Waits for completion and drops the status.
+    pub fn wait_without_status(self) {
+        self.wait();
+    }
+
+    /// Waits for completion and returns the request's buffer (for a receive: the
+    /// data received).
+    pub fn wait_for_data(self) -> &'a D {
+        let d = self.wait_done();
+        let (st, d) = self.complete(d);
+        st.unwrap_or_else(|e| crate::topology::fail("wait", e));
+        d.expect("rsmpi: wait_for_data on a request without data")
+    }
+
     /// Waits for completion and returns errors (truncation, ready send without a
     /// receive) to the caller.
     pub fn try_wait(self) -> Result<Status> {
-        let d = progress::wait(self.key);
-        finish(d, self.capacity, self.elem, self.ctx)
+        let d = self.wait_done();
+        self.complete(d).0
+    }
+
+    /// Lends a collective's user operation to its execution (see `collective::exec`).
+    pub(crate) fn poke(&self) {
+        if let Some(f) = &self.coll_op {
+            progress::with(|s| crate::collective::exec::advance_with(s, self.pending.key, f));
+        }
+    }
+
+    fn wait_done(&self) -> Done {
+        if self.coll_op.is_none() {
+            return progress::wait(self.pending.key);
+        }
+        let mut b = progress::Backoff::new();
+        loop {
+            self.poke();
+            if let Some(d) = progress::test(self.pending.key) {
+                return d;
+            }
+            b.idle();
+        }
     }
 
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
     pub fn test(self) -> std::result::Result<Status, Self> {
-        match progress::test(self.key) {
-            Some(d) => Ok(finish(d, self.capacity, self.elem, self.ctx)
-                .unwrap_or_else(|e| crate::topology::fail("test", e))),
+        self.test_with_data().map(|(st, _)| st)
+    }
+
+    /// Tests for completion: the status and the buffer if complete, else the request.
+    pub fn test_with_data(self) -> std::result::Result<(Status, &'a D), Self>
+    where
+        D: 'a,
+    {
+        self.poke();
+        match progress::test(self.pending.key) {
+            Some(d) => {
+                let (st, data) = self.complete(d);
+                let st = st.unwrap_or_else(|e| crate::topology::fail("test", e));
+                Ok((st, data.unwrap_or_else(|| unit_data())))
+            }
             None => Err(self),
         }
     }
@@ -68,15 +245,48 @@ impl Request<'_> {
     /// Cancels the request (`MPI_Cancel`); wait on it afterwards:
     /// [`Status::is_cancelled`] tells whether the cancel won.
     pub fn cancel(&self) {
-        progress::with(|s| {
-            let _ = match self.key {
-                Key::Recv(r) => s.engine.cancel_recv(r),
-                Key::Send(x) => s.engine.cancel_send(x),
-                Key::Null(_) => Ok(()),
-            };
-            s.run_outputs();
-        })
+        cancel(self.pending.key)
     }
+
+    /// Finishes a request whose outcome is `d`: the status, and the buffer back.
+    pub(crate) fn complete(self, d: Done) -> (Result<Status>, Option<&'a D>) {
+        let st = finish(
+            d,
+            self.pending.capacity,
+            self.pending.elem,
+            self.pending.ctx,
+        );
+        let data = match self.data {
+            Data::Shared(d) => Some(d),
+            Data::Loan(l) => {
+                let d: &'a D = l.reclaim();
+                Some(d)
+            }
+            Data::Unpack(d, unpack) => {
+                let bytes = progress::with(|s| s.owned_done.remove(&self.pending.key));
+                if let (Ok(_), Some(b)) = (&st, bytes) {
+                    if let Err(e) = unpack(d, &b) {
+                        return (Err(e), Some(d));
+                    }
+                }
+                let d: &'a D = d;
+                Some(d)
+            }
+        };
+        (st, data)
+    }
+}
+
+/// The "data" of a request without a buffer.
+fn unit_data<'a, D: ?Sized>() -> &'a D {
+    panic!("rsmpi: this request has no buffer to return")
+}
+
+pub(crate) fn cancel(key: Key) {
+    progress::with(|s| {
+        s.cancel(key);
+        s.run_outputs();
+    })
 }
 
 pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
@@ -124,16 +334,227 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
         }),
         Done::Send(SendOutcome::Failed(SendError::NoReceivePosted)) => Err(Error::NoReceivePosted),
         Done::Send(SendOutcome::Failed(e)) => Err(Error::Buffer(e.to_string())),
+        Done::Coll(Err(e)) => Err(e),
+        Done::Coll(Ok(())) => Ok(Status {
+            source: -1,
+            tag: -1,
+            len: 0,
+            cancelled: false,
+        }),
     }
 }
 
-/// Finishes request `i` of a collection if it completed; inactive (`None`) entries
-/// are skipped, finished ones become `None` (`MPI_REQUEST_NULL`).
-fn poll_one(reqs: &mut [Option<Request<'_>>], i: usize) -> Option<Status> {
-    let key = reqs[i].as_ref()?.key;
+/// Waits until the request is complete when dropped (`mpi::request::WaitGuard`).
+#[derive(Debug)]
+pub struct WaitGuard<'a, D: ?Sized = (), S = StaticScope>(Option<Request<'a, D, S>>);
+
+impl<D: ?Sized, S> Drop for WaitGuard<'_, D, S> {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.wait();
+        }
+    }
+}
+
+impl<'a, D: ?Sized, S> From<Request<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(r: Request<'a, D, S>) -> Self {
+        WaitGuard(Some(r))
+    }
+}
+
+impl<'a, D: ?Sized, S> From<WaitGuard<'a, D, S>> for Request<'a, D, S> {
+    fn from(mut g: WaitGuard<'a, D, S>) -> Self {
+        g.0.take().expect("a guard holds its request")
+    }
+}
+
+/// Cancels the request and waits for it when dropped (`mpi::request::CancelGuard`).
+#[derive(Debug)]
+pub struct CancelGuard<'a, D: ?Sized = (), S = StaticScope>(Option<Request<'a, D, S>>);
+
+impl<D: ?Sized, S> Drop for CancelGuard<'_, D, S> {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.cancel();
+            r.wait();
+        }
+    }
+}
+
+impl<'a, D: ?Sized, S> From<Request<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(r: Request<'a, D, S>) -> Self {
+        CancelGuard(Some(r))
+    }
+}
+
+impl<'a, D: ?Sized, S> From<WaitGuard<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(g: WaitGuard<'a, D, S>) -> Self {
+        CancelGuard(Some(Request::from(g)))
+    }
+}
+
+impl<'a, D: ?Sized, S> From<CancelGuard<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(mut g: CancelGuard<'a, D, S>) -> Self {
+        WaitGuard(g.0.take())
+    }
+}
+
+/// Requests of one [`multiple_scope`] (`mpi::request::RequestCollection`): completed
+/// ones become inactive, their index stays.
+pub struct RequestCollection<'a, D: ?Sized> {
+    requests: Vec<Option<Request<'a, D, ()>>>,
+}
+
+impl<'a, D: ?Sized> RequestCollection<'a, D> {
+    /// Adds a request; returns its index.
+    pub fn add<S>(&mut self, r: Request<'a, D, S>) -> usize {
+        self.requests.push(Some(r.erase()));
+        self.requests.len() - 1
+    }
+
+    /// Number of requests not yet completed.
+    pub fn incomplete(&self) -> usize {
+        self.requests.iter().flatten().count()
+    }
+
+    /// Total number of requests added.
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Whether no request was added.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    fn take_done(&mut self, i: usize) -> Option<(usize, Status, &'a D)> {
+        let r = self.requests[i].as_ref()?;
+        r.poke();
+        let key = r.pending.key;
+        let d = progress::with(|s| s.done.remove(&key))?;
+        let r = self.requests[i].take().expect("active");
+        let (st, data) = r.complete(d);
+        let st = st.unwrap_or_else(|e| crate::topology::fail("wait", e));
+        Some((i, st, data.unwrap_or_else(|| unit_data())))
+    }
+
+    /// `MPI_Testany`: one completed request, if any.
+    pub fn test_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        progress_once();
+        (0..self.requests.len()).find_map(|i| self.take_done(i))
+    }
+
+    /// `MPI_Waitany`: waits for one request; `None` once all are complete.
+    pub fn wait_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        let mut backoff = progress::Backoff::new();
+        while self.incomplete() > 0 {
+            if let Some(x) = self.test_any() {
+                return Some(x);
+            }
+            backoff.idle();
+        }
+        None
+    }
+
+    /// `MPI_Testsome`: appends every completed request to `result`.
+    pub fn test_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        result.clear();
+        progress_once();
+        for i in 0..self.requests.len() {
+            result.extend(self.take_done(i));
+        }
+    }
+
+    /// `MPI_Waitsome`: waits until at least one request completes (unless none is
+    /// left) and appends the completed ones to `result`.
+    pub fn wait_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        let mut backoff = progress::Backoff::new();
+        loop {
+            self.test_some(result);
+            if !result.is_empty() || self.incomplete() == 0 {
+                return;
+            }
+            backoff.idle();
+        }
+    }
+
+    /// `MPI_Waitall`: waits for every request, appending them to `result`.
+    pub fn wait_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        result.clear();
+        for i in 0..self.requests.len() {
+            if let Some(r) = self.requests[i].take() {
+                let d = r.wait_done();
+                let (st, data) = r.complete(d);
+                let st = st.unwrap_or_else(|e| crate::topology::fail("wait", e));
+                result.push((i, st, data.unwrap_or_else(|| unit_data())));
+            }
+        }
+    }
+
+    /// `MPI_Testall`: if every request is complete, appends them all to `result`
+    /// and returns true; otherwise changes nothing and returns false.
+    pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
+        result.clear();
+        self.requests.iter().flatten().for_each(Request::poke);
+        progress_once();
+        let all = progress::with(|s| {
+            self.requests
+                .iter()
+                .flatten()
+                .all(|r| s.done.contains_key(&r.pending.key))
+        });
+        if all {
+            for i in 0..self.requests.len() {
+                result.extend(self.take_done(i));
+            }
+        }
+        all
+    }
+}
+
+/// `mpi::request::wait_any`: waits for one of `requests`, removes it from the vector
+/// and returns its index and status; `None` for an empty vector.
+pub fn wait_any<'a, D: ?Sized, S>(
+    requests: &mut Vec<Request<'a, D, S>>,
+) -> Option<(usize, Status)> {
+    if requests.is_empty() {
+        return None;
+    }
+    let mut backoff = progress::Backoff::new();
+    loop {
+        requests.iter().for_each(Request::poke);
+        progress_once();
+        let hit = progress::with(|s| {
+            requests
+                .iter()
+                .position(|r| s.done.contains_key(&r.pending.key))
+        });
+        if let Some(i) = hit {
+            let r = requests.remove(i);
+            let d = progress::with(|s| s.done.remove(&r.pending.key)).expect("done");
+            let st = r
+                .complete(d)
+                .0
+                .unwrap_or_else(|e| crate::topology::fail("wait", e));
+            return Some((i, st));
+        }
+        backoff.idle();
+    }
+}
+
+/// Finishes request `i` of a slice if it completed; inactive (`None`) entries are
+/// skipped, finished ones become `None` (`MPI_REQUEST_NULL`).
+fn poll_one<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>], i: usize) -> Option<Status> {
+    let r = reqs[i].as_ref()?;
+    r.poke();
+    let key = r.pending.key;
     let d = progress::with(|s| s.done.remove(&key))?;
     let r = reqs[i].take().expect("active");
-    Some(finish(d, r.capacity, r.elem, r.ctx).unwrap_or_else(|e| crate::topology::fail("wait", e)))
+    Some(
+        r.complete(d)
+            .0
+            .unwrap_or_else(|e| crate::topology::fail("wait", e)),
+    )
 }
 
 fn progress_once() -> bool {
@@ -151,8 +572,8 @@ pub enum TestAny {
     Inactive,
 }
 
-/// `MPI_Testany`: completes one finished request, if any.
-pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> TestAny {
+/// `MPI_Testany` over a slice whose inactive entries are `None`.
+pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny {
     if reqs.iter().all(Option::is_none) {
         return TestAny::Inactive;
     }
@@ -163,23 +584,24 @@ pub fn test_any(reqs: &mut [Option<Request<'_>>]) -> TestAny {
     }
 }
 
-/// `MPI_Waitany`: waits until one request completes; `None` when every entry is
-/// inactive (`MPI_UNDEFINED`).
-pub fn wait_any(reqs: &mut [Option<Request<'_>>]) -> Option<(usize, Status)> {
+/// `MPI_Waitany` over a slice whose inactive entries are `None`: waits until one
+/// request completes; `None` when every entry is inactive (`MPI_UNDEFINED`). (The
+/// `mpi` crate's form, on a vector, is [`wait_any`].)
+pub fn wait_any_of<D: ?Sized, S>(
+    reqs: &mut [Option<Request<'_, D, S>>],
+) -> Option<(usize, Status)> {
     let mut backoff = progress::Backoff::new();
     loop {
         match test_any(reqs) {
             TestAny::Inactive => return None,
             TestAny::Completed(i, st) => return Some((i, st)),
-            TestAny::Pending => {
-                backoff.idle();
-            }
+            TestAny::Pending => backoff.idle(),
         }
     }
 }
 
 /// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
-pub fn test_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
+pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
     progress_once();
     (0..reqs.len())
         .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
@@ -188,7 +610,7 @@ pub fn test_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
 
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
 /// inactive: then returns an empty vector at once).
-pub fn wait_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
+pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
     let mut backoff = progress::Backoff::new();
     loop {
         if reqs.iter().all(Option::is_none) {
@@ -204,14 +626,21 @@ pub fn wait_some(reqs: &mut [Option<Request<'_>>]) -> Vec<(usize, Status)> {
 
 /// `MPI_Testall`: the statuses if every active request completed (then all entries
 /// become `None`), otherwise `None` and nothing changes.
-pub fn test_all(reqs: &mut [Option<Request<'_>>]) -> Option<Vec<Option<Status>>> {
+pub fn test_all<D: ?Sized, S>(
+    reqs: &mut [Option<Request<'_, D, S>>],
+) -> Option<Vec<Option<Status>>> {
+    reqs.iter().flatten().for_each(Request::poke);
     progress_once();
-    let all = progress::with(|s| reqs.iter().flatten().all(|r| s.done.contains_key(&r.key)));
+    let all = progress::with(|s| {
+        reqs.iter()
+            .flatten()
+            .all(|r| s.done.contains_key(&r.pending.key))
+    });
     all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
 }
 
 /// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
-pub fn wait_all(reqs: &mut [Option<Request<'_>>]) -> Vec<Option<Status>> {
+pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
     let mut out = vec![None; reqs.len()];
     for (i, r) in reqs.iter_mut().enumerate() {
         if let Some(r) = r.take() {
@@ -224,12 +653,12 @@ pub fn wait_all(reqs: &mut [Option<Request<'_>>]) -> Vec<Option<Status>> {
 /// A persistent request (`MPI_Send_init` / `MPI_Recv_init`): the same operation,
 /// started again and again with [`Persistent::start`].
 pub struct Persistent<'s> {
-    pub(crate) start: Box<dyn Fn() -> crate::Result<Request<'s>> + 's>,
-    pub(crate) active: Option<Request<'s>>,
+    pub(crate) start: Box<dyn Fn() -> crate::Result<Pending> + 's>,
+    pub(crate) active: Option<Pending>,
     pub(crate) region: transport::mem::RegionId,
 }
 
-impl<'s> Persistent<'s> {
+impl Persistent<'_> {
     /// Starts the operation (`MPI_Start`); it must not be active.
     pub fn start(&mut self) -> crate::Result<()> {
         if self.active.is_some() {
@@ -243,20 +672,24 @@ impl<'s> Persistent<'s> {
 
     /// Waits for the current operation; `None` if it was not started (inactive).
     pub fn wait(&mut self) -> Option<Status> {
-        self.active.take().map(Request::wait)
+        let p = self.active.take()?;
+        let d = progress::wait(p.key);
+        Some(
+            finish(d, p.capacity, p.elem, p.ctx)
+                .unwrap_or_else(|e| crate::topology::fail("wait", e)),
+        )
     }
 
     /// Tests the current operation: `Some(status)` once complete, `None` while
     /// pending or inactive.
     pub fn test(&mut self) -> Option<Status> {
-        let r = self.active.take()?;
-        match r.test() {
-            Ok(st) => Some(st),
-            Err(r) => {
-                self.active = Some(r);
-                None
-            }
-        }
+        let p = self.active?;
+        let d = progress::test(p.key)?;
+        self.active = None;
+        Some(
+            finish(d, p.capacity, p.elem, p.ctx)
+                .unwrap_or_else(|e| crate::topology::fail("test", e)),
+        )
     }
 
     /// Whether an operation is in progress.
@@ -277,9 +710,9 @@ impl<'s> Persistent<'s> {
         }
         progress::with(|s| {
             let b = s.regions.slice_mut(self.region).expect("lent mutably");
-            bytemuck::try_cast_slice_mut(b).map(f).map_err(|e| {
-                crate::Error::Request(format!("buffer is not a slice of this type: {e}"))
-            })
+            T::rsmpi_from_bytes_mut(b)
+                .map(f)
+                .ok_or_else(|| crate::Error::Request("buffer is not a slice of this type".into()))
         })
     }
 }

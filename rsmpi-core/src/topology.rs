@@ -1,17 +1,30 @@
-//! Communicators, processes, and the point-to-point calls on them.
+//! Communicators, groups, processes and Cartesian topologies (`mpi::topology`).
+//!
+//! ```no_run
+//! use rsmpi::traits::*;
+//! use rsmpi::topology::Color;
+//!
+//! let universe = rsmpi::initialize().unwrap();
+//! let world = universe.world();
+//! // even and odd ranks in two communicators
+//! let half = world.split_by_color(Color::with_value(world.rank() % 2)).unwrap();
+//! assert_eq!(half.size(), (world.size() + 1 - world.rank() % 2) / 2);
+//! let grid = world.create_cartesian_communicator(&[world.size()], &[true], false).unwrap();
+//! let (left, right) = grid.shift(0, 1);
+//! ```
 
-use crate::datatype::send_bytes;
-use crate::datatype::{Buffer, BufferMut, Equivalence};
+use crate::datatype::{Buffer, BufferMut, Count, Datatype};
 use crate::error::{Error, Result};
-use crate::progress::{self, Key, RecvDst, SendSrc};
-use crate::request::{self, finish, Request, Scope};
-use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
-use transport::mem::RegionId;
+use crate::point_to_point::Status;
+use crate::progress;
+use std::marker::PhantomData;
+
+pub use crate::point_to_point::Tag;
 
 /// A rank within a communicator.
 pub type Rank = i32;
-/// A message tag.
-pub type Tag = i32;
+/// The key of [`Communicator::split_by_color_with_key`]: orders the new ranks.
+pub type Key = i32;
 /// Largest valid tag (`MPI_TAG_UB`).
 pub const TAG_UB: Tag = matching::TAG_UB;
 /// `MPI_PROC_NULL`: sends to it and receives from it complete at once and move nothing.
@@ -20,44 +33,9 @@ pub const PROC_NULL: Rank = -2;
 /// id is the low half).
 pub(crate) const INTERNAL: u32 = 1 << 31;
 
-/// What a receive or probe reports (`MPI_Status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub(crate) source: Rank,
-    pub(crate) tag: Tag,
-    pub(crate) len: u64,
-    pub(crate) cancelled: bool,
-}
-
-impl Status {
-    /// The rank that sent the message.
-    pub fn source_rank(&self) -> Rank {
-        self.source
-    }
-    /// The message's tag.
-    pub fn tag(&self) -> Tag {
-        self.tag
-    }
-    /// The message length in bytes.
-    pub fn count_bytes(&self) -> u64 {
-        self.len
-    }
-    /// The number of `T` elements received (`MPI_Get_count`).
-    pub fn count<T: Equivalence>(&self) -> usize {
-        (self.len / std::mem::size_of::<T>().max(1) as u64) as usize
-    }
-    /// Whether a cancel won (`MPI_Test_cancelled`).
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled
-    }
-    fn proc_null() -> Status {
-        Status {
-            source: PROC_NULL,
-            tag: -1,
-            len: 0,
-            cancelled: false,
-        }
-    }
+/// `use rsmpi::topology::traits::*`.
+pub mod traits {
+    pub use super::{AsCommunicator, Communicator, Group};
 }
 
 /// The default error handler (`MPI_ERRORS_ARE_FATAL`): names the rank, the call and
@@ -70,25 +48,292 @@ pub(crate) fn fail(call: &str, e: Error) -> ! {
 }
 
 /// A communicator: a group of ranks with its own context, so that its traffic never
-/// matches receives of another communicator.
+/// matches receives of another communicator. A small `Copy` handle; the context stays
+/// valid until [`SimpleCommunicator::free`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimpleCommunicator {
-    ctx: u32,
-    rank: Rank,
-    size: Rank,
+    pub(crate) ctx: u32,
+    pub(crate) rank: Rank,
+    pub(crate) size: Rank,
 }
 
-/// Result of [`SimpleCommunicator::compare`] (`MPI_Comm_compare`).
+/// Result of [`Communicator::compare`] (`MPI_Comm_compare`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommunicatorRelation {
+    /// The same communicator.
     Identical,
+    /// Same members in the same order, different context.
     Congruent,
+    /// Same members, another order.
     Similar,
+    /// Anything else.
     Unequal,
 }
 
+/// The color of [`Communicator::split_by_color`]: ranks of one color form one new
+/// communicator; [`Color::undefined`] joins none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Color(Option<i32>);
+
+impl Color {
+    /// `MPI_UNDEFINED`: this rank gets no new communicator.
+    pub fn undefined() -> Color {
+        Color(None)
+    }
+    /// A color; must be non-negative.
+    pub fn with_value(value: i32) -> Color {
+        assert!(value >= 0, "rsmpi: color {value} is negative");
+        Color(Some(value))
+    }
+}
+
+impl From<Option<i32>> for Color {
+    fn from(c: Option<i32>) -> Color {
+        c.map_or(Color::undefined(), Color::with_value)
+    }
+}
+
+/// Something that stands for a communicator (`mpi::topology::AsCommunicator`): a
+/// communicator itself, or a [`Process`] of one.
+pub trait AsCommunicator {
+    /// The communicator type.
+    type Out: Communicator;
+    /// The communicator.
+    fn as_communicator(&self) -> &Self::Out;
+}
+
+/// The operations of every communicator (`mpi::topology::Communicator`; collectives
+/// are in [`CommunicatorCollectives`](crate::collective::CommunicatorCollectives)).
+pub trait Communicator {
+    /// The handle of the communicator.
+    #[doc(hidden)]
+    fn rsmpi_comm(&self) -> SimpleCommunicator;
+
+    /// Number of ranks (of the remote group, for inter-communicators, which rsmpi
+    /// does not have).
+    fn target_size(&self) -> Rank {
+        self.size()
+    }
+    /// Number of ranks (`MPI_Comm_size`).
+    fn size(&self) -> Rank {
+        self.rsmpi_comm().size
+    }
+    /// This process's rank (`MPI_Comm_rank`).
+    fn rank(&self) -> Rank {
+        self.rsmpi_comm().rank
+    }
+    /// The process with rank `r` (send to it, receive from it, use it as a root).
+    fn process_at_rank(&self, r: Rank) -> Process<'_> {
+        // an invalid rank is reported by the operation that uses it
+        Process {
+            comm: self.rsmpi_comm(),
+            rank: r,
+            _borrow: PhantomData,
+        }
+    }
+    /// Any process (`MPI_ANY_SOURCE`), for receives and probes.
+    fn any_process(&self) -> AnyProcess<'_> {
+        AnyProcess {
+            comm: self.rsmpi_comm(),
+            _borrow: PhantomData,
+        }
+    }
+    /// This process.
+    fn this_process(&self) -> Process<'_> {
+        self.process_at_rank(self.rank())
+    }
+    /// `MPI_Comm_compare`.
+    fn compare(&self, other: &dyn Communicator) -> CommunicatorRelation {
+        self.rsmpi_comm().relation(&other.rsmpi_comm())
+    }
+    /// A copy with a new context (`MPI_Comm_dup`). Collective.
+    fn duplicate(&self) -> SimpleCommunicator {
+        self.rsmpi_comm()
+            .try_duplicate()
+            .unwrap_or_else(|e| fail("dup", e))
+    }
+    /// `MPI_Comm_split` with the old rank as key. Collective.
+    fn split_by_color(&self, color: Color) -> Option<SimpleCommunicator> {
+        self.split_by_color_with_key(color, self.rank())
+    }
+    /// `MPI_Comm_split`: ranks with the same color form a new communicator, ordered by
+    /// `key` then old rank; [`Color::undefined`] gets `None`. Collective.
+    fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<SimpleCommunicator> {
+        self.rsmpi_comm()
+            .try_split(color.0, key)
+            .unwrap_or_else(|e| fail("split", e))
+    }
+    /// `MPI_Comm_create`: the members of `group` (a subgroup of this communicator)
+    /// get a communicator of them, the others `None`. Collective over this
+    /// communicator.
+    fn split_by_subgroup_collective(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        let me = self.rsmpi_comm().world_rank(self.rank());
+        let g = group.rsmpi_group();
+        let color = g.iter().position(|&w| w == me).map(|i| (0, i as Key));
+        self.rsmpi_comm()
+            .try_split(color.map(|c| c.0), color.map_or(0, |c| c.1))
+            .unwrap_or_else(|e| fail("comm_create", e))
+    }
+    /// `MPI_Comm_create_group`: like [`Self::split_by_subgroup_collective`], but only
+    /// the members of `group` call it.
+    fn split_by_subgroup(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        self.split_by_subgroup_with_tag(group, 0)
+    }
+    /// [`Self::split_by_subgroup`] with a tag that tells apart concurrent calls.
+    fn split_by_subgroup_with_tag(
+        &self,
+        group: &dyn Group,
+        tag: Tag,
+    ) -> Option<SimpleCommunicator> {
+        self.rsmpi_comm()
+            .try_create_group(&group.rsmpi_group(), tag)
+            .unwrap_or_else(|e| fail("comm_create_group", e))
+    }
+    /// The group of this communicator (`MPI_Comm_group`).
+    fn group(&self) -> UserGroup {
+        let c = self.rsmpi_comm();
+        UserGroup((0..c.size).map(|r| c.world_rank(r)).collect())
+    }
+    /// Ends the whole job with `errorcode` (`MPI_Abort`).
+    fn abort(&self, errorcode: i32) -> ! {
+        progress::with(|s| {
+            s.boot.abort(
+                errorcode,
+                &format!("rsmpi: rank {} called abort({errorcode})", s.rank()),
+            )
+        })
+    }
+    /// Whether this is an inter-communicator: never, in rsmpi.
+    fn test_inter(&self) -> bool {
+        false
+    }
+    /// Names the communicator (`MPI_Comm_set_name`; local to this process).
+    fn set_name(&self, name: &str) {
+        let ctx = self.rsmpi_comm().ctx;
+        progress::with(|s| s.names.insert(ctx, name.to_string()));
+    }
+    /// The communicator's name (`MPI_Comm_get_name`).
+    fn get_name(&self) -> String {
+        let ctx = self.rsmpi_comm().ctx;
+        progress::with(|s| s.names.get(&ctx).cloned()).unwrap_or_else(|| match ctx {
+            0 => "MPI_COMM_WORLD".into(),
+            1 => "MPI_COMM_SELF".into(),
+            _ => String::new(),
+        })
+    }
+    /// A communicator with a Cartesian layout of `dims` (`MPI_Cart_create`); ranks
+    /// beyond the grid get `None`. rsmpi keeps the rank order (`reorder` is allowed to
+    /// do nothing). Collective.
+    fn create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        reorder: bool,
+    ) -> Option<CartesianCommunicator> {
+        let _ = reorder;
+        CartesianCommunicator::create(self.rsmpi_comm(), dims, periods)
+            .unwrap_or_else(|e| fail("cart_create", e))
+    }
+    /// The rank this process would have in a grid of `dims` (`MPI_Cart_map`), `None`
+    /// if it would be outside.
+    fn cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Option<Rank> {
+        assert_eq!(dims.len(), periods.len(), "rsmpi: one period per dimension");
+        let n: i64 = dims.iter().map(|&d| d as i64).product();
+        if n > self.size() as i64 {
+            fail(
+                "cart_map",
+                Error::Request(format!(
+                    "a grid of {n} ranks does not fit {} ranks",
+                    self.size()
+                )),
+            );
+        }
+        (i64::from(self.rank()) < n).then_some(self.rank())
+    }
+    /// Bytes [`Self::pack`] needs for `incount` elements of `datatype` (`MPI_Pack_size`).
+    fn pack_size<Dt>(&self, incount: Count, datatype: &Dt) -> Count
+    where
+        Dt: Datatype,
+        Self: Sized,
+    {
+        (datatype.type_map().size() as i64 * i64::from(incount)) as Count
+    }
+    /// The buffer's data, packed (`MPI_Pack`).
+    fn pack<Buf>(&self, inbuf: &Buf) -> Vec<u8>
+    where
+        Buf: ?Sized + Buffer,
+        Self: Sized,
+    {
+        inbuf
+            .rsmpi_send()
+            .unwrap_or_else(|e| fail("pack", e))
+            .into_owned()
+    }
+    /// Packs the buffer into `outbuf` at `position`; returns the position after it.
+    fn pack_into<Buf>(&self, inbuf: &Buf, outbuf: &mut [u8], position: Count) -> Count
+    where
+        Buf: ?Sized + Buffer,
+        Self: Sized,
+    {
+        let b = inbuf.rsmpi_send().unwrap_or_else(|e| fail("pack", e));
+        let at = usize::try_from(position).unwrap_or(usize::MAX);
+        if at.saturating_add(b.len()) > outbuf.len() {
+            fail(
+                "pack",
+                Error::Truncated {
+                    len: (at as u64).saturating_add(b.len() as u64),
+                    capacity: outbuf.len() as u64,
+                },
+            );
+        }
+        outbuf[at..at + b.len()].copy_from_slice(&b);
+        (at + b.len()) as Count
+    }
+    /// Unpacks from `inbuf` at `position` into `outbuf`; returns the position after
+    /// what was read (`MPI_Unpack`).
+    ///
+    /// # Safety
+    /// None in rsmpi (bounds are checked); `unsafe` only as in the `mpi` crate, so that
+    /// code written for it compiles unchanged.
+    #[allow(unsafe_code)]
+    unsafe fn unpack_into<Buf>(&self, inbuf: &[u8], outbuf: &mut Buf, position: Count) -> Count
+    where
+        Buf: ?Sized + BufferMut,
+        Self: Sized,
+    {
+        let at = usize::try_from(position)
+            .unwrap_or(usize::MAX)
+            .min(inbuf.len());
+        let n = outbuf.rsmpi_capacity().min(inbuf.len() - at);
+        outbuf
+            .rsmpi_unpack(&inbuf[at..at + n])
+            .unwrap_or_else(|e| fail("unpack", e));
+        (at + n) as Count
+    }
+}
+
+impl Communicator for SimpleCommunicator {
+    fn rsmpi_comm(&self) -> SimpleCommunicator {
+        *self
+    }
+}
+
+impl AsCommunicator for SimpleCommunicator {
+    type Out = SimpleCommunicator;
+    fn as_communicator(&self) -> &SimpleCommunicator {
+        self
+    }
+}
+
+impl<C: Communicator + ?Sized> Communicator for &C {
+    fn rsmpi_comm(&self) -> SimpleCommunicator {
+        (**self).rsmpi_comm()
+    }
+}
+
 impl SimpleCommunicator {
-    pub(crate) fn world() -> SimpleCommunicator {
+    /// `MPI_COMM_WORLD`.
+    pub fn world() -> SimpleCommunicator {
         progress::with(|s| SimpleCommunicator {
             ctx: 0,
             rank: s.engine.rank() as Rank,
@@ -96,52 +341,39 @@ impl SimpleCommunicator {
         })
     }
 
-    /// This process's rank in the communicator.
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-    /// Number of ranks.
-    pub fn size(&self) -> Rank {
-        self.size
-    }
-    /// The process with rank `r` (send to it, receive from it).
-    pub fn process_at_rank(&self, r: Rank) -> Process {
-        Process {
-            comm: *self,
-            rank: r,
+    /// `MPI_COMM_SELF`.
+    pub fn self_comm() -> SimpleCommunicator {
+        SimpleCommunicator {
+            ctx: 1,
+            rank: 0,
+            size: 1,
         }
     }
-    /// Any process (`MPI_ANY_SOURCE`), for receives and probes.
-    pub fn any_process(&self) -> AnyProcess {
-        AnyProcess { comm: *self }
+
+    /// The same ranks on the internal context (collectives, communicator set-up).
+    pub(crate) fn internal(&self) -> SimpleCommunicator {
+        SimpleCommunicator {
+            ctx: self.ctx | INTERNAL,
+            ..*self
+        }
     }
-    /// A copy with a new context (`MPI_Comm_dup`). Collective.
-    pub fn duplicate(&self) -> SimpleCommunicator {
-        self.check_live().unwrap_or_else(|e| fail("dup", e));
-        let next = progress::with(|s| s.next_ctx) as i64;
-        let all = self.allgather([0, 0, next]);
-        let ctx = self.agree_ctx(&all);
-        progress::with(|s| {
-            if let Some(g) = s.groups.get(&self.ctx) {
-                let g = progress::Group::new(g.world.clone());
-                s.groups.insert(ctx, g);
-            }
-        });
-        SimpleCommunicator { ctx, ..*self }
+
+    /// World rank of rank `r`.
+    pub(crate) fn world_rank(&self, r: Rank) -> u32 {
+        progress::with(|s| s.world_rank(self.ctx, r))
     }
-    /// `MPI_Comm_compare`.
-    pub fn compare(&self, other: &SimpleCommunicator) -> CommunicatorRelation {
+
+    fn relation(&self, other: &SimpleCommunicator) -> CommunicatorRelation {
         if self.ctx == other.ctx {
             return CommunicatorRelation::Identical;
         }
         let members = |c: &SimpleCommunicator| -> Vec<u32> {
             progress::with(|s| (0..c.size).map(|r| s.world_rank(c.ctx, r)).collect())
         };
-        let (a, b) = (members(self), members(other));
+        let (mut a, mut b) = (members(self), members(other));
         if a == b {
             CommunicatorRelation::Congruent
         } else {
-            let (mut a, mut b) = (a, b);
             a.sort();
             b.sort();
             if a == b {
@@ -151,37 +383,15 @@ impl SimpleCommunicator {
             }
         }
     }
-    /// Blocks until every rank of the communicator has called it (`MPI_Barrier`).
-    pub fn barrier(&self) {
-        let n = self.size;
-        let mut k = 1;
-        let mut round = 0;
-        let inner = SimpleCommunicator {
-            ctx: self.ctx | INTERNAL,
-            ..*self
-        };
-        while k < n {
-            let to = inner.process_at_rank((self.rank + k) % n);
-            let from = inner.process_at_rank((self.rank - k + n) % n);
-            let mut token = [0u8; 0];
-            request::scope(|sc| {
-                let r = from.immediate_receive_into_with_tag(sc, &mut token[..], round);
-                to.send_with_tag(&[0u8; 0][..], round);
-                r.wait();
-            });
-            k *= 2;
-            round += 1;
-        }
-    }
 
     /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
     /// a freed communicator.
-    fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
+    pub(crate) fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
         progress::try_with(|s| self.check_rank_in(s, r))?
     }
 
     /// `check_rank` on the library state the caller already holds.
-    fn check_rank_in(&self, s: &progress::State, r: Rank) -> Result<Option<u32>> {
+    pub(crate) fn check_rank_in(&self, s: &progress::State, r: Rank) -> Result<Option<u32>> {
         let ctx = self.ctx & !INTERNAL;
         if s.freed.contains(&ctx) {
             Err(Error::Comm(ctx))
@@ -197,7 +407,7 @@ impl SimpleCommunicator {
         }
     }
 
-    fn check_live(&self) -> Result<()> {
+    pub(crate) fn check_live(&self) -> Result<()> {
         let ctx = self.ctx & !INTERNAL;
         if progress::try_with(|s| s.freed.contains(&ctx))? {
             Err(Error::Comm(ctx))
@@ -206,90 +416,121 @@ impl SimpleCommunicator {
         }
     }
 
-    /// `MPI_COMM_SELF`.
-    pub(crate) fn self_comm() -> SimpleCommunicator {
-        SimpleCommunicator {
-            ctx: 1,
-            rank: 0,
-            size: 1,
+    /// Every member's `mine`, indexed by position in `members` (ranks of this
+    /// communicator, including this rank), over the internal context.
+    fn allgather_among(&self, members: &[Rank], mine: [i64; 3], tag: Tag) -> Result<Vec<[i64; 3]>> {
+        use crate::point_to_point::{Destination, Source};
+        let inner = self.internal();
+        let tag = (1 << 20) + (tag & 0xfffff);
+        for &r in members.iter().filter(|&&r| r != self.rank) {
+            inner.process_at_rank(r).send_with_tag(&mine, tag);
         }
-    }
-
-    /// Every rank's `mine`, indexed by rank (an all-gather over the internal context).
-    fn allgather(&self, mine: [i64; 3]) -> Vec<[i64; 3]> {
-        const TAG: Tag = 1 << 20;
-        let inner = SimpleCommunicator {
-            ctx: self.ctx | INTERNAL,
-            ..*self
-        };
-        for r in (0..self.size).filter(|&r| r != self.rank) {
-            inner.process_at_rank(r).send_with_tag(&mine, TAG);
-        }
-        (0..self.size)
-            .map(|r| {
+        Ok(members
+            .iter()
+            .map(|&r| {
                 if r == self.rank {
                     mine
                 } else {
-                    inner.process_at_rank(r).receive_with_tag::<[i64; 3]>(TAG).0
+                    let mut v = [0i64; 3];
+                    inner.process_at_rank(r).receive_into_with_tag(&mut v, tag);
+                    v
                 }
             })
-            .collect()
+            .collect())
     }
 
     /// A context id no member uses yet: the largest next free id over the members.
-    fn agree_ctx(&self, all: &[[i64; 3]]) -> u32 {
+    fn agree_ctx(all: &[[i64; 3]]) -> u32 {
         let ctx = all.iter().map(|x| x[2]).max().unwrap_or(0) as u32;
         progress::with(|s| s.next_ctx = ctx + 1);
         ctx
     }
 
-    /// Splits the communicator by `color` (`MPI_Comm_split`): ranks with the same color
-    /// form a new communicator, ordered by `key` then old rank; `None` as color
-    /// (`MPI_UNDEFINED`) joins none and gets `None`. Collective.
-    pub fn split_by_color_with_key(
+    fn try_duplicate(&self) -> Result<SimpleCommunicator> {
+        self.check_live()?;
+        let next = progress::with(|s| s.next_ctx) as i64;
+        let all: Vec<Rank> = (0..self.size).collect();
+        let all = self.allgather_among(&all, [0, 0, next], 0)?;
+        let ctx = Self::agree_ctx(&all);
+        progress::with(|s| {
+            if let Some(g) = s.groups.get(&self.ctx) {
+                let g = progress::Group::new(g.world.clone());
+                s.groups.insert(ctx, g);
+            }
+        });
+        Ok(SimpleCommunicator { ctx, ..*self })
+    }
+
+    /// A communicator of `members` (world ranks, in order) with context `ctx`.
+    fn with_members(ctx: u32, world: Vec<u32>) -> SimpleCommunicator {
+        let me = progress::with(|s| s.rank());
+        let rank = world.iter().position(|&w| w == me).expect("member") as Rank;
+        let size = world.len() as Rank;
+        progress::with(|s| s.groups.insert(ctx, progress::Group::new(world)));
+        SimpleCommunicator { ctx, rank, size }
+    }
+
+    pub(crate) fn try_split(
         &self,
         color: Option<i32>,
-        key: i32,
-    ) -> Option<SimpleCommunicator> {
+        key: Key,
+    ) -> Result<Option<SimpleCommunicator>> {
         if let Some(c) = color {
             if c < 0 {
-                fail("split", Error::Request(format!("color {c} is negative")));
+                return Err(Error::Request(format!("color {c} is negative")));
             }
         }
-        self.check_live().unwrap_or_else(|e| fail("split", e));
+        self.check_live()?;
         let next = progress::with(|s| s.next_ctx) as i64;
-        let all = self.allgather([color.map_or(-1, i64::from), key as i64, next]);
-        let ctx = self.agree_ctx(&all);
-        let c = color? as i64;
+        let all: Vec<Rank> = (0..self.size).collect();
+        let all = self.allgather_among(&all, [color.map_or(-1, i64::from), key as i64, next], 0)?;
+        let ctx = Self::agree_ctx(&all);
+        let Some(c) = color else {
+            return Ok(None);
+        };
         let mut members: Vec<(i64, Rank)> = (0..self.size)
-            .filter(|&r| all[r as usize][0] == c)
+            .filter(|&r| all[r as usize][0] == c as i64)
             .map(|r| (all[r as usize][1], r))
             .collect();
         members.sort();
-        let world: Vec<u32> = progress::with(|s| {
-            members
-                .iter()
-                .map(|&(_, r)| s.world_rank(self.ctx, r))
-                .collect()
-        });
-        let rank = members
-            .iter()
-            .position(|&(_, r)| r == self.rank)
-            .expect("member") as Rank;
-        let size = world.len() as Rank;
-        progress::with(|s| s.groups.insert(ctx, progress::Group::new(world)));
-        Some(SimpleCommunicator { ctx, rank, size })
+        let world = members.iter().map(|&(_, r)| self.world_rank(r)).collect();
+        Ok(Some(Self::with_members(ctx, world)))
     }
 
-    /// `MPI_Comm_split` with the old rank as key.
-    pub fn split_by_color(&self, color: Option<i32>) -> Option<SimpleCommunicator> {
-        self.split_by_color_with_key(color, self.rank)
+    fn try_create_group(&self, group: &[u32], tag: Tag) -> Result<Option<SimpleCommunicator>> {
+        self.check_live()?;
+        let mine = progress::with(|s| s.rank());
+        if !group.contains(&mine) {
+            return Ok(None);
+        }
+        let members: Vec<Rank> = group
+            .iter()
+            .map(|&w| {
+                progress::with(|s| s.comm_rank(self.ctx, w))
+                    .max(0)
+                    .min(self.size - 1)
+            })
+            .collect();
+        if members
+            .iter()
+            .zip(group)
+            .any(|(&r, &w)| self.world_rank(r) != w)
+        {
+            return Err(Error::Request(
+                "the group is not a subgroup of the communicator".into(),
+            ));
+        }
+        let next = progress::with(|s| s.next_ctx) as i64;
+        let all = self.allgather_among(&members, [0, 0, next], tag)?;
+        let ctx = Self::agree_ctx(&all);
+        Ok(Some(Self::with_members(ctx, group.to_vec())))
     }
 
     /// Frees the communicator (`MPI_Comm_free`); any later use of it (or of a copy of
     /// this handle) fails with [`Error::Comm`]. Collective. The world and self
     /// communicators cannot be freed.
     pub fn free(self) -> Result<()> {
+        use crate::collective::CommunicatorCollectives;
         self.check_live()?;
         if self.ctx < 16 {
             return Err(Error::Request(
@@ -300,742 +541,11 @@ impl SimpleCommunicator {
         progress::with(|s| {
             s.freed.insert(self.ctx);
             s.groups.remove(&self.ctx);
+            s.names.remove(&self.ctx);
         });
         Ok(())
     }
-}
 
-fn check_tag(t: Tag) -> Result<()> {
-    if t < 0 {
-        Err(Error::InvalidTag(t))
-    } else {
-        Ok(())
-    }
-}
-
-/// One process of a communicator.
-#[derive(Clone, Copy, Debug)]
-pub struct Process {
-    comm: SimpleCommunicator,
-    rank: Rank,
-}
-
-/// Any process of a communicator (`MPI_ANY_SOURCE`).
-#[derive(Clone, Copy, Debug)]
-pub struct AnyProcess {
-    comm: SimpleCommunicator,
-}
-
-/// The data of a send: a lent buffer, or packed elements the library keeps.
-enum SendArg {
-    Region(RegionId),
-    Packed(Vec<u8>),
-}
-
-fn start_send(ctx: u32, dest: u32, tag: Tag, arg: SendArg, mode: SendMode) -> Result<Key> {
-    progress::with(|s| {
-        let src = match (arg, mode) {
-            (SendArg::Region(r), SendMode::Buffered) => {
-                SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
-            }
-            (SendArg::Packed(v), SendMode::Buffered) => SendSrc::Owned(v),
-            (SendArg::Region(r), _) => SendSrc::Region(r),
-            (SendArg::Packed(v), _) => SendSrc::Packed(v),
-        };
-        let (addr, len) = match &src {
-            SendSrc::Region(r) => (
-                s.regions.addr(*r).expect("lent"),
-                s.regions.len(*r).expect("lent"),
-            ),
-            SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
-        };
-        let buf = s.transport.expose(addr, len);
-        let spec = SendSpec {
-            dest,
-            tag,
-            ctx,
-            len: len as u64,
-            mode,
-            buf: progress::to_matching(buf),
-        };
-        let id = s.engine.start_send(spec)?;
-        if let SendSrc::Region(r) = &src {
-            s.by_region.insert(*r, Key::Send(id));
-        }
-        s.send_src.insert(id, src);
-        s.run_outputs();
-        Ok(Key::Send(id))
-    })
-}
-
-fn start_recv(ctx: u32, source: Src, tag: TagSel, dst: RecvDst) -> Result<Key> {
-    progress::with(|s| {
-        let mut dst = dst;
-        let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
-        let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
-        let buf = s.transport.expose(addr, len);
-        let spec = RecvSpec {
-            source,
-            tag,
-            ctx,
-            capacity: len as u64,
-            buf: Some(progress::to_matching(buf)),
-        };
-        let id = s.engine.post_recv(spec)?;
-        s.by_region.insert(dst.region(), Key::Recv(id));
-        s.recv_dst.insert(id, dst);
-        s.run_outputs();
-        Ok(Key::Recv(id))
-    })
-}
-
-/// Where a receive into `bytes` (with an optional datatype layout) lands.
-fn recv_dst(region: RegionId, layout: Option<(&crate::Datatype, usize)>) -> Result<RecvDst> {
-    match layout {
-        Some((dt, n)) if !dt.is_contiguous(n) => {
-            let tmp = vec![0u8; dt.size() as usize * n];
-            Ok(RecvDst::Packed {
-                tmp,
-                region,
-                datatype: dt.clone(),
-                count: n,
-            })
-        }
-        _ => Ok(RecvDst::Region(region)),
-    }
-}
-
-fn blocking_send<B: Buffer + ?Sized>(p: &Process, buf: &B, tag: Tag, mode: SendMode) -> Result<()> {
-    let bytes = send_bytes(buf);
-    // one visit to the library state: check the rank and the tag, try the fast path
-    let dest = progress::try_with(|s| -> Result<Option<u32>> {
-        let Some(dest) = p.comm.check_rank_in(s, p.rank)? else {
-            return Ok(None); // PROC_NULL
-        };
-        check_tag(tag)?;
-        if let (SendMode::Standard, Ok(b)) = (mode, &bytes) {
-            if s.send_now(p.comm.ctx, dest, tag, b)? {
-                return Ok(None); // sent and complete
-            }
-        }
-        Ok(Some(dest))
-    })??;
-    let Some(dest) = dest else {
-        return Ok(());
-    };
-    let bytes = bytes?;
-    transport::mem::lend(&progress::HOST, &bytes, |region| {
-        let key = start_send(p.comm.ctx, dest, tag, SendArg::Region(region), mode)?;
-        finish(progress::wait(key), 0, 0, 0).map(|_| ())
-    })
-}
-
-fn blocking_recv<B: BufferMut + ?Sized>(
-    comm: &SimpleCommunicator,
-    src: Src,
-    tag: TagSel,
-    buf: &mut B,
-) -> Result<Status> {
-    let elem = buf.elem_size();
-    let layout = buf.layout().map(|(d, n)| (d.clone(), n));
-    let bytes = buf.as_bytes_mut();
-    let cap = match &layout {
-        Some((d, n)) => d.size() * *n as u64,
-        None => bytes.len() as u64,
-    };
-    transport::mem::lend_mut(&progress::HOST, bytes, |region| {
-        let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
-        let key = start_recv(comm.ctx, src, tag, dst)?;
-        finish(progress::wait(key), cap, elem, comm.ctx)
-    })
-}
-
-fn tagsel(tag: Option<Tag>) -> Result<TagSel> {
-    match tag {
-        None => Ok(TagSel::Any),
-        Some(t) => check_tag(t).map(|_| TagSel::Tag(t)),
-    }
-}
-
-/// The receive side, shared by [`Process`] and [`AnyProcess`].
-macro_rules! receive_methods {
-    () => {
-        /// Receives into `buf` with any tag; returns the status.
-        pub fn receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Status {
-            self.try_receive_into_tagged(buf, None)
-                .unwrap_or_else(|e| fail("receive", e))
-        }
-        /// Receives into `buf` a message with `tag`.
-        pub fn receive_into_with_tag<B: BufferMut + ?Sized>(
-            &self,
-            buf: &mut B,
-            tag: Tag,
-        ) -> Status {
-            self.try_receive_into_tagged(buf, Some(tag))
-                .unwrap_or_else(|e| fail("receive", e))
-        }
-        /// [`Self::receive_into`] returning errors (truncation, bad rank or tag).
-        pub fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status> {
-            self.try_receive_into_tagged(buf, None)
-        }
-        /// [`Self::receive_into_with_tag`] returning errors.
-        pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
-            &self,
-            buf: &mut B,
-            tag: Tag,
-        ) -> Result<Status> {
-            self.try_receive_into_tagged(buf, Some(tag))
-        }
-        /// Receives one value.
-        pub fn receive<T: Equivalence>(&self) -> (T, Status) {
-            let mut v = T::zeroed();
-            let st = self.receive_into(&mut v);
-            (v, st)
-        }
-        /// Receives one value with `tag`.
-        pub fn receive_with_tag<T: Equivalence>(&self, tag: Tag) -> (T, Status) {
-            let mut v = T::zeroed();
-            let st = self.receive_into_with_tag(&mut v, tag);
-            (v, st)
-        }
-        /// Receives a message of any length into a new vector.
-        pub fn receive_vec<T: Equivalence>(&self) -> (Vec<T>, Status) {
-            self.try_receive_vec_tagged(None)
-                .unwrap_or_else(|e| fail("receive_vec", e))
-        }
-        /// Receives a message with `tag` of any length into a new vector.
-        pub fn receive_vec_with_tag<T: Equivalence>(&self, tag: Tag) -> (Vec<T>, Status) {
-            self.try_receive_vec_tagged(Some(tag))
-                .unwrap_or_else(|e| fail("receive_vec", e))
-        }
-        /// [`Self::receive_vec`] returning errors.
-        pub fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status)> {
-            self.try_receive_vec_tagged(None)
-        }
-        /// Waits for a matching message without receiving it (`MPI_Probe`).
-        pub fn probe(&self) -> Status {
-            self.probe_tagged(None).unwrap_or_else(|e| fail("probe", e))
-        }
-        /// Waits for a matching message with `tag` (`MPI_Probe`).
-        pub fn probe_with_tag(&self, tag: Tag) -> Status {
-            self.probe_tagged(Some(tag))
-                .unwrap_or_else(|e| fail("probe", e))
-        }
-        /// `MPI_Iprobe`.
-        pub fn immediate_probe(&self) -> Option<Status> {
-            self.iprobe_tagged(None)
-                .unwrap_or_else(|e| fail("iprobe", e))
-        }
-        /// `MPI_Iprobe` with a tag.
-        pub fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
-            self.iprobe_tagged(Some(tag))
-                .unwrap_or_else(|e| fail("iprobe", e))
-        }
-        /// Waits for a matching message and takes it, so that only the returned
-        /// [`Message`] can receive it (`MPI_Mprobe`).
-        pub fn matched_probe(&self) -> (Message, Status) {
-            self.mprobe_tagged(None)
-                .unwrap_or_else(|e| fail("mprobe", e))
-        }
-        /// `MPI_Improbe`: takes a matching message if one is there, without waiting.
-        pub fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
-            self.improbe_tagged(Some(tag))
-                .unwrap_or_else(|e| fail("improbe", e))
-        }
-
-        /// `MPI_Improbe` with any tag.
-        pub fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
-            self.improbe_tagged(None)
-                .unwrap_or_else(|e| fail("improbe", e))
-        }
-
-        /// `MPI_Mprobe` with a tag.
-        pub fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
-            self.mprobe_tagged(Some(tag))
-                .unwrap_or_else(|e| fail("mprobe", e))
-        }
-        /// Starts a receive into `buf`, completed by the returned request.
-        pub fn immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(
-            &self,
-            scope: &'s Scope<'s, 'e>,
-            buf: &'s mut B,
-        ) -> Request<'s> {
-            self.try_immediate_receive_into_tagged(scope, buf, None)
-                .unwrap_or_else(|e| fail("irecv", e))
-        }
-        /// Starts a receive into `buf` of a message with `tag`.
-        pub fn immediate_receive_into_with_tag<'s, 'e, B: BufferMut + ?Sized>(
-            &self,
-            scope: &'s Scope<'s, 'e>,
-            buf: &'s mut B,
-            tag: Tag,
-        ) -> Request<'s> {
-            self.try_immediate_receive_into_tagged(scope, buf, Some(tag))
-                .unwrap_or_else(|e| fail("irecv", e))
-        }
-
-        /// A persistent receive into `buf` (`MPI_Recv_init`); start it with
-        /// [`request::Persistent::start`].
-        pub fn receive_init<'s, 'e, B: BufferMut + ?Sized>(
-            &self,
-            scope: &'s Scope<'s, 'e>,
-            buf: &'s mut B,
-            tag: Option<Tag>,
-        ) -> request::Persistent<'s> {
-            let (src, tg) = match (self.source(), tagsel(tag)) {
-                (Ok(s), Ok(t)) => (s, t),
-                (Err(e), _) | (_, Err(e)) => fail("recv_init", e),
-            };
-            let elem = buf.elem_size();
-            let bytes = buf.as_bytes_mut();
-            let cap = bytes.len() as u64;
-            let region = scope.lend_mut(bytes);
-            let ctx = self.comm.ctx;
-            let start = move || -> Result<Request<'s>> {
-                let Some(src) = src else {
-                    return Ok(done_request(None));
-                };
-                let key = start_recv(ctx, src, tg, RecvDst::Region(region))?;
-                Ok(Request {
-                    key,
-                    capacity: cap,
-                    elem,
-                    ctx,
-                    _scope: std::marker::PhantomData,
-                })
-            };
-            request::Persistent {
-                start: Box::new(start),
-                active: None,
-                region,
-            }
-        }
-
-        /// [`Self::immediate_receive_into_with_tag`] returning errors (`tag` `None` =
-        /// any tag).
-        pub fn try_immediate_receive_into<'s, 'e, B: BufferMut + ?Sized>(
-            &self,
-            scope: &'s Scope<'s, 'e>,
-            buf: &'s mut B,
-            tag: Option<Tag>,
-        ) -> Result<Request<'s>> {
-            self.try_immediate_receive_into_tagged(scope, buf, tag)
-        }
-
-        /// [`Self::probe_with_tag`] returning errors (`tag` `None` = any tag).
-        pub fn try_probe(&self, tag: Option<Tag>) -> Result<Status> {
-            self.probe_tagged(tag)
-        }
-
-        fn try_receive_vec_tagged<T: Equivalence>(
-            &self,
-            tag: Option<Tag>,
-        ) -> Result<(Vec<T>, Status)> {
-            let (msg, st) = self.mprobe_tagged(tag)?;
-            let size = std::mem::size_of::<T>();
-            if size > 0 && st.len % size as u64 != 0 {
-                return Err(Error::Count { len: st.len, size });
-            }
-            let mut v = vec![T::zeroed(); (st.len as usize).checked_div(size).unwrap_or(0)];
-            let st = msg.try_receive_into(&mut v[..])?;
-            Ok((v, st))
-        }
-
-        fn probe_tagged(&self, tag: Option<Tag>) -> Result<Status> {
-            let mut backoff = progress::Backoff::new();
-            loop {
-                if let Some(s) = self.iprobe_tagged(tag)? {
-                    return Ok(s);
-                }
-                backoff.idle();
-            }
-        }
-
-        fn mprobe_tagged(&self, tag: Option<Tag>) -> Result<(Message, Status)> {
-            let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else {
-                return Ok((
-                    Message {
-                        id: None,
-                        ctx: self.comm.ctx,
-                    },
-                    Status::proc_null(),
-                ));
-            };
-            let ctx = self.comm.ctx;
-            let mut backoff = progress::Backoff::new();
-            loop {
-                let got = progress::with(|s| {
-                    s.progress();
-                    s.engine.mprobe(src, tag, ctx)
-                });
-                if let Some((id, env)) = got {
-                    let source = progress::with(|s| s.comm_rank(ctx, env.source));
-                    let st = Status {
-                        source,
-                        tag: env.tag,
-                        len: env.len,
-                        cancelled: false,
-                    };
-                    return Ok((Message { id: Some(id), ctx }, st));
-                }
-                backoff.idle();
-            }
-        }
-
-        fn improbe_tagged(&self, tag: Option<Tag>) -> Result<Option<(Message, Status)>> {
-            let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else {
-                return Ok(Some((
-                    Message {
-                        id: None,
-                        ctx: self.comm.ctx,
-                    },
-                    Status::proc_null(),
-                )));
-            };
-            let ctx = self.comm.ctx;
-            Ok(progress::with(|s| {
-                s.progress();
-                let (id, env) = s.engine.mprobe(src, tag, ctx)?;
-                let source = s.comm_rank(ctx, env.source);
-                let st = Status {
-                    source,
-                    tag: env.tag,
-                    len: env.len,
-                    cancelled: false,
-                };
-                Some((Message { id: Some(id), ctx }, st))
-            }))
-        }
-
-        fn iprobe_tagged(&self, tag: Option<Tag>) -> Result<Option<Status>> {
-            let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else {
-                return Ok(Some(Status::proc_null()));
-            };
-            let ctx = self.comm.ctx;
-            Ok(progress::with(|s| {
-                s.progress();
-                let env = s.engine.probe(src, tag, ctx)?;
-                let source = s.comm_rank(ctx, env.source);
-                Some(Status {
-                    source,
-                    tag: env.tag,
-                    len: env.len,
-                    cancelled: false,
-                })
-            }))
-        }
-
-        fn try_receive_into_tagged<B: BufferMut + ?Sized>(
-            &self,
-            buf: &mut B,
-            tag: Option<Tag>,
-        ) -> Result<Status> {
-            let (src, tag) = (self.source()?, tagsel(tag)?);
-            let Some(src) = src else {
-                return Ok(Status::proc_null());
-            };
-            blocking_recv(&self.comm, src, tag, buf)
-        }
-
-        fn try_immediate_receive_into_tagged<'s, 'e, B: BufferMut + ?Sized>(
-            &self,
-            scope: &'s Scope<'s, 'e>,
-            buf: &'s mut B,
-            tag: Option<Tag>,
-        ) -> Result<Request<'s>> {
-            let (src, tag) = (self.source()?, tagsel(tag)?);
-            let elem = buf.elem_size();
-            let layout = buf.layout().map(|(d, n)| (d.clone(), n));
-            let bytes = buf.as_bytes_mut();
-            let Some(src) = src else {
-                return Ok(done_request(None));
-            };
-            let region = scope.lend_mut(bytes);
-            let dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
-            let cap = match &dst {
-                RecvDst::Packed { tmp, .. } => tmp.len() as u64,
-                RecvDst::Region(_) => progress::with(|s| s.regions.len(region).unwrap_or(0)) as u64,
-            };
-            let ctx = self.comm.ctx;
-            let key = start_recv(ctx, src, tag, dst)?;
-            Ok(Request {
-                key,
-                capacity: cap,
-                elem,
-                ctx,
-                _scope: std::marker::PhantomData,
-            })
-        }
-    };
-}
-
-/// A request complete from the start: a `PROC_NULL` operation (`done` = `None`) or a
-/// send that left at once. Each has its own key, so that several can be pending.
-fn done_request<'s>(done: Option<progress::Done>) -> Request<'s> {
-    let done = done.unwrap_or(progress::Done::Recv(matching::RecvOutcome::Received {
-        source: PROC_NULL as u32,
-        tag: -1,
-        len: 0,
-        truncated_from: None,
-    }));
-    let key = progress::with(|s| {
-        s.next_null += 1;
-        let key = Key::Null(s.next_null);
-        s.done.insert(key, done);
-        key
-    });
-    Request {
-        key,
-        capacity: 0,
-        elem: 0,
-        ctx: 0,
-        _scope: std::marker::PhantomData,
-    }
-}
-
-impl Process {
-    /// The rank of this process in its communicator.
-    pub fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn source(&self) -> Result<Option<Src>> {
-        Ok(self.comm.check_rank(self.rank)?.map(Src::Rank))
-    }
-
-    receive_methods!();
-
-    fn send_mode<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag, mode: SendMode, call: &str) {
-        blocking_send(self, buf, tag, mode).unwrap_or_else(|e| fail(call, e))
-    }
-
-    /// Standard-mode send with tag 0 (`MPI_Send`).
-    pub fn send<B: Buffer + ?Sized>(&self, buf: &B) {
-        self.send_mode(buf, 0, SendMode::Standard, "send")
-    }
-    /// Standard-mode send (`MPI_Send`).
-    pub fn send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
-        self.send_mode(buf, tag, SendMode::Standard, "send")
-    }
-    /// [`Self::send_with_tag`] returning errors.
-    pub fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf, tag, SendMode::Standard)
-    }
-    /// Synchronous send: returns once a receive matched (`MPI_Ssend`).
-    pub fn synchronous_send<B: Buffer + ?Sized>(&self, buf: &B) {
-        self.send_mode(buf, 0, SendMode::Synchronous, "ssend")
-    }
-    /// `MPI_Ssend` with a tag.
-    pub fn synchronous_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
-        self.send_mode(buf, tag, SendMode::Synchronous, "ssend")
-    }
-    /// Ready send (`MPI_Rsend`): the receive must be posted already.
-    pub fn ready_send<B: Buffer + ?Sized>(&self, buf: &B) {
-        self.send_mode(buf, 0, SendMode::Ready, "rsend")
-    }
-    /// `MPI_Rsend` with a tag.
-    pub fn ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
-        self.send_mode(buf, tag, SendMode::Ready, "rsend")
-    }
-    /// [`Self::ready_send_with_tag`] returning errors ([`Error::NoReceivePosted`]).
-    pub fn try_ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf, tag, SendMode::Ready)
-    }
-    /// Buffered send (`MPI_Bsend`) through the attached buffer.
-    pub fn buffered_send<B: Buffer + ?Sized>(&self, buf: &B) {
-        self.send_mode(buf, 0, SendMode::Buffered, "bsend")
-    }
-    /// `MPI_Bsend` with a tag.
-    pub fn buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
-        self.send_mode(buf, tag, SendMode::Buffered, "bsend")
-    }
-    /// [`Self::buffered_send_with_tag`] returning errors.
-    pub fn try_buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(self, buf, tag, SendMode::Buffered)
-    }
-
-    fn immediate<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-        tag: Tag,
-        mode: SendMode,
-    ) -> Result<Request<'s>> {
-        let Some(dest) = self.comm.check_rank(self.rank)? else {
-            return Ok(done_request(None));
-        };
-        check_tag(tag)?;
-        let bytes = send_bytes(buf)?;
-        if mode == SendMode::Standard
-            && progress::with(|s| s.send_now(self.comm.ctx, dest, tag, &bytes))?
-        {
-            return Ok(done_request(Some(progress::Done::Send(
-                matching::SendOutcome::Sent,
-            ))));
-        }
-        let arg = match bytes {
-            std::borrow::Cow::Borrowed(b) => SendArg::Region(scope.lend(b)),
-            std::borrow::Cow::Owned(v) => SendArg::Packed(v),
-        };
-        let key = start_send(self.comm.ctx, dest, tag, arg, mode)?;
-        Ok(Request {
-            key,
-            capacity: 0,
-            elem: 0,
-            ctx: self.comm.ctx,
-            _scope: std::marker::PhantomData,
-        })
-    }
-    /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
-    /// [`request::Persistent::start`]; update the data between starts with
-    /// [`request::Persistent::with_buffer`].
-    pub fn send_init<'s, 'e, B: BufferMut + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s mut B,
-        tag: Tag,
-    ) -> request::Persistent<'s> {
-        let dest = self
-            .comm
-            .check_rank(self.rank)
-            .and_then(|d| check_tag(tag).map(|_| d));
-        let dest = dest.unwrap_or_else(|e| fail("send_init", e));
-        let region = scope.lend_mut(buf.as_bytes_mut());
-        let ctx = self.comm.ctx;
-        let start = move || -> Result<Request<'s>> {
-            let Some(dest) = dest else {
-                return Ok(done_request(None));
-            };
-            let key = start_send(ctx, dest, tag, SendArg::Region(region), SendMode::Standard)?;
-            Ok(Request {
-                key,
-                capacity: 0,
-                elem: 0,
-                ctx: 0,
-                _scope: std::marker::PhantomData,
-            })
-        };
-        request::Persistent {
-            start: Box::new(start),
-            active: None,
-            region,
-        }
-    }
-
-    /// Starts a send in any mode, returning errors instead of aborting.
-    pub fn try_immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-        tag: Tag,
-        mode: SendMode,
-    ) -> Result<Request<'s>> {
-        self.immediate(scope, buf, tag, mode)
-    }
-
-    /// [`Self::synchronous_send_with_tag`] returning errors.
-    pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
-        &self,
-        buf: &B,
-        tag: Tag,
-    ) -> Result<()> {
-        blocking_send(self, buf, tag, SendMode::Synchronous)
-    }
-
-    /// Starts a standard-mode send with tag 0 (`MPI_Isend`).
-    pub fn immediate_send<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-    ) -> Request<'s> {
-        self.immediate(scope, buf, 0, SendMode::Standard)
-            .unwrap_or_else(|e| fail("isend", e))
-    }
-    /// `MPI_Isend`.
-    pub fn immediate_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-        tag: Tag,
-    ) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Standard)
-            .unwrap_or_else(|e| fail("isend", e))
-    }
-    /// `MPI_Issend`.
-    pub fn immediate_synchronous_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-        tag: Tag,
-    ) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Synchronous)
-            .unwrap_or_else(|e| fail("issend", e))
-    }
-    /// `MPI_Irsend`.
-    pub fn immediate_ready_send_with_tag<'s, 'e, B: Buffer + ?Sized>(
-        &self,
-        scope: &'s Scope<'s, 'e>,
-        buf: &'s B,
-        tag: Tag,
-    ) -> Request<'s> {
-        self.immediate(scope, buf, tag, SendMode::Ready)
-            .unwrap_or_else(|e| fail("irsend", e))
-    }
-}
-
-impl AnyProcess {
-    fn source(&self) -> Result<Option<Src>> {
-        self.comm.check_live()?;
-        Ok(Some(Src::Any))
-    }
-
-    receive_methods!();
-}
-
-/// A message taken by a matched probe; only [`Message::receive_into`] receives it.
-#[derive(Debug)]
-#[must_use = "a matched message must be received"]
-pub struct Message {
-    id: Option<matching::MsgId>,
-    ctx: u32,
-}
-
-impl Message {
-    /// Receives the message into `buf` (`MPI_Mrecv`).
-    pub fn receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
-        self.try_receive_into(buf)
-            .unwrap_or_else(|e| fail("mrecv", e))
-    }
-
-    /// [`Self::receive_into`] returning errors.
-    pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
-        let Some(id) = self.id else {
-            return Ok(Status::proc_null());
-        };
-        let ctx = self.ctx;
-        let elem = buf.elem_size();
-        let layout = buf.layout().map(|(d, n)| (d.clone(), n));
-        let bytes = buf.as_bytes_mut();
-        request::scope(|sc| {
-            let region = sc.lend_mut(bytes);
-            let mut dst = recv_dst(region, layout.as_ref().map(|(d, n)| (d, *n)))?;
-            let cap = progress::with(|s| dst.bytes(&mut s.regions).map_or(0, |b| b.len())) as u64;
-            let key = progress::with(|s| -> Result<Key> {
-                let r = s.engine.mrecv(id, cap)?;
-                s.by_region.insert(dst.region(), Key::Recv(r));
-                s.recv_dst.insert(r, dst);
-                s.run_outputs();
-                Ok(Key::Recv(r))
-            })?;
-            finish(progress::wait(key), cap, elem, ctx)
-        })
-    }
-}
-
-impl SimpleCommunicator {
     /// Sends `buf` to `dest`, then replaces its contents with a message from `source`
     /// (`MPI_Sendrecv_replace`).
     pub fn sendrecv_replace<B: BufferMut + Buffer + ?Sized>(
@@ -1046,7 +556,10 @@ impl SimpleCommunicator {
         source: Rank,
         rtag: Tag,
     ) -> Status {
-        let out = buf.as_bytes().to_vec();
+        let out = buf
+            .rsmpi_send()
+            .unwrap_or_else(|e| fail("sendrecv", e))
+            .into_owned();
         self.sendrecv(&out[..], dest, stag, buf, source, rtag)
     }
 
@@ -1061,12 +574,487 @@ impl SimpleCommunicator {
         source: Rank,
         rtag: Tag,
     ) -> Status {
-        request::scope(|sc| {
+        use crate::point_to_point::{Destination, Source};
+        crate::request::scope(|sc| {
             let r = self
                 .process_at_rank(source)
                 .immediate_receive_into_with_tag(sc, rbuf, rtag);
             self.process_at_rank(dest).send_with_tag(sbuf, stag);
             r.wait()
         })
+    }
+}
+
+/// One process of a communicator (`mpi::topology::Process`).
+#[derive(Clone, Copy, Debug)]
+pub struct Process<'a> {
+    pub(crate) comm: SimpleCommunicator,
+    pub(crate) rank: Rank,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl Process<'_> {
+    /// The rank of this process in its communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    /// Whether it is the calling process.
+    pub fn is_self(&self) -> bool {
+        self.rank == self.comm.rank
+    }
+}
+
+impl AsCommunicator for Process<'_> {
+    type Out = SimpleCommunicator;
+    fn as_communicator(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+}
+
+/// Any process of a communicator (`MPI_ANY_SOURCE`; `mpi::topology::AnyProcess`).
+#[derive(Clone, Copy, Debug)]
+pub struct AnyProcess<'a> {
+    pub(crate) comm: SimpleCommunicator,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl AsCommunicator for AnyProcess<'_> {
+    type Out = SimpleCommunicator;
+    fn as_communicator(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+}
+
+/// Result of [`Group::compare`] (`MPI_Group_compare`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupRelation {
+    /// Same members, same order.
+    Identical,
+    /// Same members, another order.
+    Similar,
+    /// Anything else.
+    Unequal,
+}
+
+/// An ordered set of processes (`MPI_Group`; `mpi::topology::Group`).
+pub trait Group {
+    /// The members as world ranks, in group order.
+    #[doc(hidden)]
+    fn rsmpi_group(&self) -> Vec<u32>;
+
+    /// `MPI_Group_union`: this group's members, then the other's not in it.
+    fn union(&self, other: &dyn Group) -> UserGroup {
+        let mut m = self.rsmpi_group();
+        for w in other.rsmpi_group() {
+            if !m.contains(&w) {
+                m.push(w);
+            }
+        }
+        UserGroup(m)
+    }
+    /// `MPI_Group_intersection`: this group's members that are in the other, in this
+    /// group's order.
+    fn intersection(&self, other: &dyn Group) -> UserGroup {
+        let o = other.rsmpi_group();
+        UserGroup(
+            self.rsmpi_group()
+                .into_iter()
+                .filter(|w| o.contains(w))
+                .collect(),
+        )
+    }
+    /// `MPI_Group_difference`: this group's members not in the other.
+    fn difference(&self, other: &dyn Group) -> UserGroup {
+        let o = other.rsmpi_group();
+        UserGroup(
+            self.rsmpi_group()
+                .into_iter()
+                .filter(|w| !o.contains(w))
+                .collect(),
+        )
+    }
+    /// `MPI_Group_incl`: the members at `ranks`, in that order.
+    fn include(&self, ranks: &[Rank]) -> UserGroup {
+        let m = self.rsmpi_group();
+        UserGroup(
+            ranks
+                .iter()
+                .map(|&r| {
+                    *usize::try_from(r)
+                        .ok()
+                        .and_then(|i| m.get(i))
+                        .unwrap_or_else(|| {
+                            fail(
+                                "group_incl",
+                                Error::InvalidRank {
+                                    rank: r,
+                                    size: m.len() as Rank,
+                                },
+                            )
+                        })
+                })
+                .collect(),
+        )
+    }
+    /// `MPI_Group_excl`: the members not at `ranks`.
+    fn exclude(&self, ranks: &[Rank]) -> UserGroup {
+        let m = self.rsmpi_group();
+        if let Some(&r) = ranks.iter().find(|&&r| !(0..m.len() as Rank).contains(&r)) {
+            fail(
+                "group_excl",
+                Error::InvalidRank {
+                    rank: r,
+                    size: m.len() as Rank,
+                },
+            );
+        }
+        UserGroup(
+            m.iter()
+                .enumerate()
+                .filter(|(i, _)| !ranks.contains(&(*i as Rank)))
+                .map(|(_, &w)| w)
+                .collect(),
+        )
+    }
+    /// Number of members.
+    fn size(&self) -> Rank {
+        self.rsmpi_group().len() as Rank
+    }
+    /// This process's rank in the group, `None` if it is not a member.
+    fn rank(&self) -> Option<Rank> {
+        let me = progress::with(|s| s.rank());
+        self.rsmpi_group()
+            .iter()
+            .position(|&w| w == me)
+            .map(|i| i as Rank)
+    }
+    /// The rank in `other` of the process with `rank` in this group
+    /// (`MPI_Group_translate_ranks`), `None` if it is not in `other`.
+    fn translate_rank(&self, rank: Rank, other: &dyn Group) -> Option<Rank> {
+        let w = *self.rsmpi_group().get(usize::try_from(rank).ok()?)?;
+        other
+            .rsmpi_group()
+            .iter()
+            .position(|&x| x == w)
+            .map(|i| i as Rank)
+    }
+    /// [`Self::translate_rank`] for several ranks.
+    fn translate_ranks(&self, ranks: &[Rank], other: &dyn Group) -> Vec<Option<Rank>> {
+        ranks
+            .iter()
+            .map(|&r| self.translate_rank(r, other))
+            .collect()
+    }
+    /// `MPI_Group_compare`.
+    fn compare(&self, other: &dyn Group) -> GroupRelation {
+        let (a, b) = (self.rsmpi_group(), other.rsmpi_group());
+        if a == b {
+            GroupRelation::Identical
+        } else {
+            let (mut a, mut b) = (a, b);
+            a.sort();
+            b.sort();
+            if a == b {
+                GroupRelation::Similar
+            } else {
+                GroupRelation::Unequal
+            }
+        }
+    }
+}
+
+/// A group (`mpi::topology::UserGroup`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserGroup(Vec<u32>);
+
+impl Group for UserGroup {
+    fn rsmpi_group(&self) -> Vec<u32> {
+        self.0.clone()
+    }
+}
+
+/// A predefined group: [`SystemGroup::empty`] (`MPI_GROUP_EMPTY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SystemGroup;
+
+impl SystemGroup {
+    /// The empty group.
+    pub fn empty() -> SystemGroup {
+        SystemGroup
+    }
+}
+
+impl Group for SystemGroup {
+    fn rsmpi_group(&self) -> Vec<u32> {
+        Vec::new()
+    }
+}
+
+/// Dimensions, periodicity and this rank's coordinates of a Cartesian communicator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CartesianLayout {
+    /// Ranks along each dimension.
+    pub dims: Vec<Count>,
+    /// Whether each dimension wraps around.
+    pub periods: Vec<bool>,
+    /// This rank's coordinates.
+    pub coords: Vec<Count>,
+}
+
+/// A communicator whose ranks form a grid (`MPI_Cart_*`;
+/// `mpi::topology::CartesianCommunicator`). Ranks are laid out in row-major order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CartesianCommunicator {
+    comm: SimpleCommunicator,
+    dims: Vec<Count>,
+    periods: Vec<bool>,
+}
+
+impl Communicator for CartesianCommunicator {
+    fn rsmpi_comm(&self) -> SimpleCommunicator {
+        self.comm
+    }
+}
+
+impl AsCommunicator for CartesianCommunicator {
+    type Out = CartesianCommunicator;
+    fn as_communicator(&self) -> &CartesianCommunicator {
+        self
+    }
+}
+
+impl std::ops::Deref for CartesianCommunicator {
+    type Target = SimpleCommunicator;
+    fn deref(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+}
+
+impl CartesianCommunicator {
+    fn create(
+        comm: SimpleCommunicator,
+        dims: &[Count],
+        periods: &[bool],
+    ) -> Result<Option<CartesianCommunicator>> {
+        if dims.len() != periods.len() {
+            return Err(Error::Request("one period per dimension".into()));
+        }
+        if dims.iter().any(|&d| d <= 0) {
+            return Err(Error::Request(format!(
+                "dimensions {dims:?} must be positive"
+            )));
+        }
+        let n: i64 = dims.iter().map(|&d| d as i64).product();
+        if n > comm.size as i64 {
+            return Err(Error::Request(format!(
+                "a grid of {n} ranks does not fit a communicator of {}",
+                comm.size
+            )));
+        }
+        let color = (i64::from(comm.rank) < n).then_some(0);
+        Ok(comm
+            .try_split(color, comm.rank)?
+            .map(|c| CartesianCommunicator {
+                comm: c,
+                dims: dims.to_vec(),
+                periods: periods.to_vec(),
+            }))
+    }
+
+    /// Number of dimensions (`MPI_Cartdim_get`).
+    pub fn num_dimensions(&self) -> Count {
+        self.dims.len() as Count
+    }
+
+    /// Dimensions, periods and this rank's coordinates (`MPI_Cart_get`).
+    pub fn get_layout(&self) -> CartesianLayout {
+        CartesianLayout {
+            dims: self.dims.clone(),
+            periods: self.periods.clone(),
+            coords: self.rank_to_coordinates(self.comm.rank),
+        }
+    }
+
+    /// [`Self::get_layout`] into slices of `num_dimensions` entries.
+    pub fn get_layout_into(&self, dims: &mut [Count], periods: &mut [bool], coords: &mut [Count]) {
+        let l = self.get_layout();
+        dims.copy_from_slice(&l.dims);
+        periods.copy_from_slice(&l.periods);
+        coords.copy_from_slice(&l.coords);
+    }
+
+    /// The rank at `coords` (`MPI_Cart_rank`); periodic dimensions wrap around.
+    pub fn coordinates_to_rank(&self, coords: &[Count]) -> Rank {
+        assert_eq!(
+            coords.len(),
+            self.dims.len(),
+            "rsmpi: one coordinate per dimension"
+        );
+        let mut r: i64 = 0;
+        for ((&c, &d), &p) in coords.iter().zip(&self.dims).zip(&self.periods) {
+            let c = if p {
+                c.rem_euclid(d)
+            } else if (0..d).contains(&c) {
+                c
+            } else {
+                fail(
+                    "cart_rank",
+                    Error::Request(format!(
+                        "coordinate {c} outside 0..{d} of a non-periodic dimension"
+                    )),
+                )
+            };
+            r = r * d as i64 + c as i64;
+        }
+        r as Rank
+    }
+
+    /// The coordinates of `rank` (`MPI_Cart_coords`).
+    pub fn rank_to_coordinates(&self, rank: Rank) -> Vec<Count> {
+        if !(0..self.comm.size).contains(&rank) {
+            fail(
+                "cart_coords",
+                Error::InvalidRank {
+                    rank,
+                    size: self.comm.size,
+                },
+            );
+        }
+        let mut c = vec![0; self.dims.len()];
+        let mut r = rank;
+        for i in (0..self.dims.len()).rev() {
+            c[i] = r % self.dims[i];
+            r /= self.dims[i];
+        }
+        c
+    }
+
+    /// [`Self::rank_to_coordinates`] into a slice.
+    pub fn rank_to_coordinates_into(&self, rank: Rank, coords: &mut [Count]) {
+        coords.copy_from_slice(&self.rank_to_coordinates(rank));
+    }
+
+    /// The neighbours `displacement` away along `dimension` (`MPI_Cart_shift`):
+    /// (source, destination), `None` past the edge of a non-periodic dimension.
+    pub fn shift(&self, dimension: Count, displacement: Count) -> (Option<Rank>, Option<Rank>) {
+        let d = usize::try_from(dimension)
+            .ok()
+            .filter(|&d| d < self.dims.len())
+            .unwrap_or_else(|| {
+                fail(
+                    "cart_shift",
+                    Error::Request(format!("dimension {dimension} out of range")),
+                )
+            });
+        let me = self.rank_to_coordinates(self.comm.rank);
+        let at = |off: Count| -> Option<Rank> {
+            let mut c = me.clone();
+            c[d] += off;
+            if !self.periods[d] && !(0..self.dims[d]).contains(&c[d]) {
+                return None;
+            }
+            Some(self.coordinates_to_rank(&c))
+        };
+        (at(-displacement), at(displacement))
+    }
+
+    /// The sub-grids that keep the dimensions where `retain` is true (`MPI_Cart_sub`).
+    /// Collective.
+    pub fn subgroup(&self, retain: &[bool]) -> CartesianCommunicator {
+        assert_eq!(
+            retain.len(),
+            self.dims.len(),
+            "rsmpi: one flag per dimension"
+        );
+        let me = self.rank_to_coordinates(self.comm.rank);
+        // the color: coordinates along the dropped dimensions; the key: along the kept
+        let (mut color, mut key) = (0i64, 0i64);
+        for i in 0..self.dims.len() {
+            if retain[i] {
+                key = key * self.dims[i] as i64 + me[i] as i64;
+            } else {
+                color = color * self.dims[i] as i64 + me[i] as i64;
+            }
+        }
+        let comm = self
+            .comm
+            .try_split(Some(color as i32), key as Key)
+            .unwrap_or_else(|e| fail("cart_sub", e))
+            .expect("every rank has a color");
+        let keep = |v: &[Count]| -> Vec<Count> {
+            v.iter()
+                .zip(retain)
+                .filter(|(_, &k)| k)
+                .map(|(&x, _)| x)
+                .collect()
+        };
+        CartesianCommunicator {
+            comm,
+            dims: keep(&self.dims),
+            periods: self
+                .periods
+                .iter()
+                .zip(retain)
+                .filter(|(_, &k)| k)
+                .map(|(&p, _)| p)
+                .collect(),
+        }
+    }
+
+    /// The underlying communicator.
+    pub fn as_simple(&self) -> SimpleCommunicator {
+        self.comm
+    }
+}
+
+/// Balanced dimensions for `nnodes` ranks over `dims.len()` dimensions
+/// (`MPI_Dims_create`): entries of `dims` that are non-zero are kept.
+pub fn dims_create(nnodes: Count, dims: &mut [Count]) -> Result<()> {
+    let fixed: i64 = dims.iter().filter(|&&d| d > 0).map(|&d| d as i64).product();
+    if fixed == 0 || i64::from(nnodes) % fixed != 0 {
+        return Err(Error::Request(format!(
+            "{nnodes} ranks cannot be split over the fixed dimensions {dims:?}"
+        )));
+    }
+    let free: Vec<usize> = (0..dims.len()).filter(|&i| dims[i] == 0).collect();
+    let mut rest = i64::from(nnodes) / fixed;
+    let mut out = vec![1i64; free.len()];
+    // largest prime factors first, each to the currently smallest dimension
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while rest > 1 {
+        while rest % p == 0 {
+            factors.push(p);
+            rest /= p;
+        }
+        p += 1;
+    }
+    if free.is_empty() && !factors.is_empty() {
+        return Err(Error::Request("no free dimension left".into()));
+    }
+    for f in factors.into_iter().rev() {
+        if let Some(m) = out.iter_mut().min() {
+            *m *= f;
+        }
+    }
+    out.sort_unstable_by(|a, b| b.cmp(a));
+    for (i, v) in free.into_iter().zip(out) {
+        dims[i] = v as Count;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dims_create() {
+        let mut d = [0, 0];
+        super::dims_create(12, &mut d).unwrap();
+        assert_eq!(d, [4, 3]);
+        let mut d = [0, 3, 0];
+        super::dims_create(24, &mut d).unwrap();
+        assert_eq!(d, [4, 3, 2]);
+        let mut d = [5, 0];
+        assert!(super::dims_create(12, &mut d).is_err());
     }
 }

@@ -2,6 +2,8 @@
 //! started by the launcher (`launcher::run`), with the test's own name as filter.
 
 use rsmpi::request;
+#[allow(unused_imports)]
+use rsmpi::traits::*;
 use rsmpi::{Error, ErrorClass};
 use std::time::{Duration, Instant};
 
@@ -51,7 +53,13 @@ fn sizes_across_the_eager_limit() {
             } else {
                 let mut buf = vec![0u8; len];
                 let st = peer.receive_into_with_tag(&mut buf[..], tag);
-                assert_eq!((st.source_rank(), st.count::<u8>()), (0, len));
+                assert_eq!(
+                    (
+                        st.source_rank(),
+                        st.count(u8::equivalent_datatype()) as usize
+                    ),
+                    (0, len)
+                );
                 assert_eq!(buf, pattern(len, 7));
                 peer.send_with_tag(&pattern(len, 9)[..], tag);
             }
@@ -82,7 +90,11 @@ fn preposted_receives_take_the_one_sided_path() {
                 for (i, r) in reqs.into_iter().enumerate() {
                     let st = r.wait();
                     assert_eq!(
-                        (st.source_rank(), st.tag(), st.count::<u64>()),
+                        (
+                            st.source_rank(),
+                            st.tag(),
+                            st.count(u64::equivalent_datatype()) as usize
+                        ),
                         (0, 3, LEN),
                         "receive {i}"
                     );
@@ -155,7 +167,14 @@ fn non_overtaking_and_probe() {
         } else {
             let p = w.process_at_rank(0);
             let st = p.probe();
-            assert_eq!((st.source_rank(), st.tag(), st.count::<u32>()), (0, 0, 1));
+            assert_eq!(
+                (
+                    st.source_rank(),
+                    st.tag(),
+                    st.count(u32::equivalent_datatype()) as usize
+                ),
+                (0, 0, 1)
+            );
             let (msg, st) = p.matched_probe();
             let mut v = 0u32;
             msg.receive_into(&mut v);
@@ -369,7 +388,9 @@ fn split_free_and_self() {
         let w = u.world();
         let me = w.rank();
         // evens and odds, reversed order by key
-        let half = w.split_by_color_with_key(Some(me % 2), -me).unwrap();
+        let half = w
+            .split_by_color_with_key(rsmpi::topology::Color::with_value(me % 2), -me)
+            .unwrap();
         assert_eq!(half.size(), 2);
         assert_eq!(half.rank(), if me < 2 { 1 } else { 0 });
         let other = half.process_at_rank(1 - half.rank());
@@ -393,7 +414,7 @@ fn split_free_and_self() {
         let d = half.duplicate();
         assert_eq!(d.compare(&half), rsmpi::CommunicatorRelation::Congruent);
         // only rank 0 joins
-        let solo = w.split_by_color(if me == 0 { Some(5) } else { None });
+        let solo = w.split_by_color(if me == 0 { Some(5) } else { None }.into());
         assert_eq!(solo.map(|c| c.size()), if me == 0 { Some(1) } else { None });
         // self
         let s = u.self_comm();
@@ -429,7 +450,7 @@ fn persistent_and_request_collections() {
                 assert!(s.start().is_err(), "starting an active request");
                 s.wait().unwrap();
                 let st = r.wait().unwrap();
-                assert_eq!(st.count::<u32>(), 4);
+                assert_eq!(st.count(u32::equivalent_datatype()) as usize, 4);
                 r.with_buffer::<u32, _>(|b| assert_eq!(b, [i * 10 + 1 - w.rank() as u32; 4]))
                     .unwrap();
             }
@@ -439,7 +460,7 @@ fn persistent_and_request_collections() {
         let mut bufs = [[0u8; 2]; 3];
         let out = [[w.rank() as u8; 2]; 3];
         request::scope(|sc| {
-            let mut reqs: Vec<Option<request::Request>> = vec![None];
+            let mut reqs: Vec<Option<request::Request<_, _>>> = vec![None];
             for (i, b) in bufs.iter_mut().enumerate() {
                 reqs.push(Some(peer.immediate_receive_into_with_tag(
                     sc,
@@ -451,7 +472,7 @@ fn persistent_and_request_collections() {
             for (i, o) in out.iter().enumerate().rev() {
                 peer.send_with_tag(&o[..], i as i32);
             }
-            let (first, st) = request::wait_any(&mut reqs).unwrap();
+            let (first, st) = request::wait_any_of(&mut reqs).unwrap();
             assert!((1..=3).contains(&first));
             assert_eq!(st.tag(), first as i32 - 1);
             let mut done = vec![first];
@@ -462,7 +483,7 @@ fn persistent_and_request_collections() {
             }
             done.sort();
             assert_eq!(done, vec![1, 2, 3]);
-            assert!(request::wait_any(&mut reqs).is_none(), "all inactive");
+            assert!(request::wait_any_of(&mut reqs).is_none(), "all inactive");
             assert_eq!(request::test_all(&mut reqs), Some(vec![None; 5]));
         });
         assert_eq!(bufs, [[1 - w.rank() as u8; 2]; 3]);
@@ -476,18 +497,18 @@ fn persistent_and_request_collections() {
 #[test]
 fn derived_datatypes() {
     job(2, "derived_datatypes", |u| {
-        use rsmpi::{Datatype, MutView, View};
+        use rsmpi::{datatype::UserDatatype as Datatype, MutView, View};
         let w = u.world();
         let peer = w.process_at_rank(1 - w.rank());
-        let f = Datatype::of::<f64>();
+        let f = f64::equivalent_datatype();
         if w.rank() == 0 {
             // column 2 of a 4x5 row-major matrix
             let m: Vec<f64> = (0..20).map(|x| x as f64).collect();
             let col = Datatype::vector(4, 1, 5, &f);
-            peer.send_with_tag(&View::with_count_and_datatype(&m[2..], 1, &col), 1);
+            peer.send_with_tag(&View::new(&m[2..], 1, &col), 1);
             // two elements of an indexed type, immediate
             let idx = Datatype::indexed(&[1, 2], &[0, 3], &f);
-            let v = View::with_count_and_datatype(&m[..], 2, &idx);
+            let v = View::new(&m[..], 2, &idx);
             request::scope(|sc| {
                 peer.immediate_send_with_tag(sc, &v, 2).wait();
             });
@@ -511,23 +532,30 @@ fn derived_datatypes() {
                     b: 4.5,
                 },
             ];
-            let st = Datatype::structured(&[1, 1], &[0, 8], &[Datatype::of::<u32>(), f.clone()]);
+            let st = Datatype::structured(
+                &[1, 1],
+                &[0, 8],
+                &[Datatype::of::<u32>(), Datatype::of::<f64>()],
+            );
             let st = Datatype::structured(&[1, 1], &[0, 16], &[st, Datatype::bytes(0)]);
             assert_eq!(st.extent(), 16);
             let bytes: &[u8] = rsmpi::bytemuck::cast_slice(&ps[..]);
-            peer.send_with_tag(&View::with_count_and_datatype(bytes, 2, &st), 3);
+            peer.send_with_tag(&View::new(bytes, 2, &st), 3);
             // a view that does not fit its buffer is a datatype error
             let e = peer
-                .try_send_with_tag(&View::with_count_and_datatype(&m[..4], 1, &col), 4)
+                .try_send_with_tag(&View::new(&m[..4], 1, &col), 4)
                 .unwrap_err();
             assert_eq!(e.class(), ErrorClass::Type);
         } else {
             let (v, st) = peer.receive_vec_with_tag::<f64>(1);
-            assert_eq!((v, st.count::<f64>()), (vec![2.0, 7.0, 12.0, 17.0], 4));
+            assert_eq!(
+                (v, st.count(f64::equivalent_datatype()) as usize),
+                (vec![2.0, 7.0, 12.0, 17.0], 4)
+            );
             // receive the indexed elements into a strided destination: every other slot
             let mut dst = vec![-1.0f64; 12];
             let every_other = Datatype::vector(6, 1, 2, &f);
-            let mut mv = MutView::with_count_and_datatype(&mut dst[..], 1, &every_other);
+            let mut mv = MutView::new(&mut dst[..], 1, &every_other);
             request::scope(|sc| {
                 let st = peer.immediate_receive_into_with_tag(sc, &mut mv, 2).wait();
                 assert_eq!(st.count_bytes(), 48);

@@ -168,9 +168,68 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
         id
     }
 
+    /// Lends `buf` (whose bytes `bytes` selects) for reading and writing, and keeps
+    /// the way back to it: [`Loan::reclaim`] returns the buffer before the scope ends,
+    /// once the host has no operation on it (a completed request handing its data
+    /// back).
+    pub fn lend_typed_mut<D: ?Sized>(
+        &'scope self,
+        buf: &'scope mut D,
+        bytes: impl FnOnce(&mut D) -> &mut [u8],
+    ) -> Loan<'scope, D, H> {
+        let ptr: *mut D = buf;
+        // SAFETY: `ptr` comes from the live exclusive borrow `buf`, which this scope
+        // holds for `'scope`; the reference made here only lives for this call.
+        let b = bytes(unsafe { &mut *ptr });
+        let id = self.lend_mut(b);
+        Loan {
+            id,
+            ptr,
+            host: self.host,
+            _borrow: PhantomData,
+        }
+    }
+
     /// The host this scope lends to.
     pub fn host(&self) -> &'env H {
         self.host
+    }
+}
+
+/// A buffer lent by [`Scope::lend_typed_mut`]: its region, and the way back to the
+/// buffer ([`Loan::reclaim`]).
+pub struct Loan<'scope, D: ?Sized, H: RegionHost> {
+    id: RegionId,
+    ptr: *mut D,
+    host: &'scope H,
+    _borrow: PhantomData<&'scope mut D>,
+}
+
+impl<D: ?Sized, H: RegionHost> std::fmt::Debug for Loan<'_, D, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loan").field("id", &self.id).finish()
+    }
+}
+
+impl<'scope, D: ?Sized, H: RegionHost> Loan<'scope, D, H> {
+    /// The lent region.
+    pub fn id(&self) -> RegionId {
+        self.id
+    }
+
+    /// Returns the buffer: quiesces the region first (the host finishes or cancels
+    /// anything still using it). The region stays in the table, unused, until the
+    /// scope ends.
+    pub fn reclaim(self) -> &'scope mut D {
+        self.host.quiesce(&[self.id]);
+        // SAFETY: `ptr` was made from a `&'scope mut D` that the scope holds for
+        // `'scope`. The only other path to that memory is the region, which the host
+        // has just quiesced: no operation uses it, and the host starts none on a
+        // region it did not get a new request for (the region id stays private to
+        // the request that owned this loan, which is being consumed). `Loan` is not
+        // `Clone` and `reclaim` takes it by value, so the exclusive reference is made
+        // once.
+        unsafe { &mut *self.ptr }
     }
 }
 
@@ -218,6 +277,18 @@ impl<H: RegionHost> Drop for Lent<'_, H> {
         self.host.quiesce(&[self.id]);
         self.host.with_regions(|r| r.remove(self.id));
     }
+}
+
+/// A scope that never ends, for buffers borrowed for `'static` (`StaticScope`
+/// requests): its regions stay lent until [`Scope::reclaim`] takes them back. One
+/// small allocation is leaked per call; callers keep one per thread.
+pub fn leak_scope<H: RegionHost>(host: &'static H) -> &'static Scope<'static, 'static, H> {
+    Box::leak(Box::new(Scope {
+        host,
+        ids: RefCell::new(Vec::new()),
+        _scope: PhantomData,
+        _env: PhantomData,
+    }))
 }
 
 /// Runs `f` with a [`Scope`]; every buffer lent in it is released, after

@@ -1,0 +1,1322 @@
+//! Collective operations (`mpi::collective`): [`CommunicatorCollectives`] on every
+//! communicator, [`Root`] on the process that roots a rooted collective, and the
+//! reduction operations.
+//!
+//! ```no_run
+//! use rsmpi::traits::*;
+//! use rsmpi::collective::SystemOperation;
+//!
+//! let universe = rsmpi::initialize().unwrap();
+//! let world = universe.world();
+//! let mut sum = 0u64;
+//! world.all_reduce_into(&(world.rank() as u64), &mut sum, SystemOperation::sum());
+//! let mut all = vec![0i32; world.size() as usize];
+//! world.all_gather_into(&world.rank(), &mut all[..]);
+//! let root = world.process_at_rank(0);
+//! let mut x = [0.0f64; 3];
+//! if world.rank() == 0 { x = [1.0, 2.0, 3.0]; }
+//! root.broadcast_into(&mut x[..]);
+//! ```
+//!
+//! The algorithms are the schedules of the `rsmpi-coll` crate (binomial trees,
+//! recursive doubling, Bruck, rings, Rabenseifner, chosen by size as MPICH does), run
+//! over the point-to-point layer on the communicator's own internal context: no
+//! collective message can match a user receive. Blocking collectives are immediate
+//! ones waited on. Non-commutative operations are applied in rank order.
+//!
+//! Besides the `mpi` crate's methods, rsmpi has in-place forms (`MPI_IN_PLACE`):
+//! [`CommunicatorCollectives::all_reduce_in_place`], `scan_in_place`,
+//! `all_gather_in_place`, [`Root::reduce_into_root_in_place`], and
+//! `reduce_scatter_into` for `MPI_Reduce_scatter` with per-rank counts.
+
+pub(crate) mod exec;
+pub(crate) mod ops;
+
+pub use ops::{
+    reduce_local_into, try_reduce_local_into, Operation, SystemOperation, UserOperation,
+};
+
+use crate::datatype::{
+    Buffer, BufferMut, Count, PartitionedBuffer, PartitionedBufferMut, UserDatatype,
+};
+use crate::error::{Error, Result};
+use crate::progress::{self, Done, Key};
+use crate::request::{Data, Pending, Request, Scope, StaticScope};
+use crate::topology::{fail, AsCommunicator, Communicator, Process, Rank, SimpleCommunicator};
+use exec::ExecOp;
+use ops::Reducer;
+use rsmpi_coll::Schedule;
+
+/// `use rsmpi::collective::traits::*`.
+pub mod traits {
+    pub use super::{CommunicatorCollectives, Operation, Root};
+}
+
+type Prepared<'a> = (ExecOp, Option<Box<Reducer<'a>>>);
+
+fn no_op<'a>() -> Prepared<'a> {
+    (ExecOp::None, None)
+}
+
+/// Starts `sched` with `input`; the key of its completion.
+fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp) -> Result<Key> {
+    comm.check_live()?;
+    Ok(progress::with(|s| exec::start(s, comm, sched, input, op)))
+}
+
+/// Runs a collective to completion; its result bytes.
+fn run(
+    comm: &SimpleCommunicator,
+    sched: Schedule,
+    input: Vec<u8>,
+    op: Prepared<'_>,
+) -> Result<Vec<u8>> {
+    let key = start(comm, sched, input, op.0)?;
+    let user = op.1;
+    let mut backoff = progress::Backoff::new();
+    loop {
+        let got = progress::with(|s| {
+            if let Some(f) = &user {
+                exec::advance_with(s, key, f);
+            }
+            if s.done.get(&key).is_none() {
+                s.progress();
+                if let Some(f) = &user {
+                    exec::advance_with(s, key, f);
+                }
+            }
+            s.done.remove(&key).map(|d| (d, s.owned_done.remove(&key)))
+        });
+        match got {
+            Some((Done::Coll(Ok(())), out)) => return Ok(out.unwrap_or_default()),
+            Some((Done::Coll(Err(e)), _)) => return Err(e),
+            Some(_) => return Err(Error::Request("collective: unexpected completion".into())),
+            None => backoff.idle(),
+        }
+    }
+}
+
+/// An immediate collective's request: `data` gets the result when it completes.
+fn request<'a, D: ?Sized, Sc>(
+    comm: &SimpleCommunicator,
+    sched: Schedule,
+    input: Vec<u8>,
+    op: Prepared<'a>,
+    data: Data<'a, D>,
+) -> Result<Request<'a, D, Sc>> {
+    let key = start(comm, sched, input, op.0)?;
+    let mut r = Request::new(Pending::new(key, 0, 0, comm.ctx), data);
+    r.coll_op = op.1;
+    Ok(r)
+}
+
+fn me(c: &SimpleCommunicator) -> (u32, u32) {
+    (c.rank as u32, c.size as u32)
+}
+
+fn elem(dt: &UserDatatype) -> usize {
+    (dt.size() as usize).max(1)
+}
+
+fn check_root(c: &SimpleCommunicator, root: Rank) -> Result<u32> {
+    if (0..c.size).contains(&root) {
+        Ok(root as u32)
+    } else {
+        Err(Error::InvalidRank {
+            rank: root,
+            size: c.size,
+        })
+    }
+}
+
+/// Fails unless `cap` bytes hold `need`.
+fn fits(need: usize, cap: usize) -> Result<()> {
+    if need > cap {
+        Err(Error::Truncated {
+            len: need as u64,
+            capacity: cap as u64,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn unpack<R: BufferMut + ?Sized>(r: &mut R, b: &[u8]) -> Result<()> {
+    r.rsmpi_unpack(b)
+}
+
+/// Byte counts of a partitioned buffer's blocks.
+fn byte_counts(counts: &[Count], dt: &UserDatatype) -> Vec<usize> {
+    counts
+        .iter()
+        .map(|&c| c.max(0) as usize * dt.size() as usize)
+        .collect()
+}
+
+fn unpack_blocks<R: PartitionedBufferMut + ?Sized>(r: &mut R, b: &[u8]) -> Result<()> {
+    let counts = byte_counts(r.counts(), &r.rsmpi_datatype());
+    let mut at = 0;
+    for (i, n) in counts.into_iter().enumerate() {
+        r.rsmpi_unpack_block(i, &b[at..at + n])?;
+        at += n;
+    }
+    Ok(())
+}
+
+fn pack_blocks<S: PartitionedBuffer + ?Sized>(s: &S, n: usize) -> Result<Vec<u8>> {
+    if s.counts().len() != n {
+        return Err(Error::Request(format!(
+            "a partition of {} blocks for {n} ranks",
+            s.counts().len()
+        )));
+    }
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.extend_from_slice(&s.rsmpi_block(i)?);
+    }
+    Ok(v)
+}
+
+fn check_blocks(counts: &[Count], n: usize) -> Result<()> {
+    if counts.len() != n {
+        Err(Error::Request(format!(
+            "a partition of {} blocks for {n} ranks",
+            counts.len()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+// ---- the schedules with their inputs, shared by blocking and immediate forms -------
+
+struct Plan<'a> {
+    sched: Schedule,
+    input: Vec<u8>,
+    op: Prepared<'a>,
+}
+
+fn plan_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    s: &S,
+    r: &R,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let input = s.rsmpi_send()?.into_owned();
+    fits(input.len() * size as usize, r.rsmpi_capacity())?;
+    Ok(Plan {
+        sched: rsmpi_coll::allgather(rank, size, input.len()),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    s: &S,
+    r: &R,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    check_blocks(r.counts(), size as usize)?;
+    let input = s.rsmpi_send()?.into_owned();
+    let counts = byte_counts(r.counts(), &r.rsmpi_datatype());
+    if counts[rank as usize] != input.len() {
+        return Err(Error::Request(format!(
+            "this rank sends {} bytes where its partition count says {}",
+            input.len(),
+            counts[rank as usize]
+        )));
+    }
+    Ok(Plan {
+        sched: rsmpi_coll::allgatherv(rank, size, &counts),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    s: &S,
+    r: &R,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let input = s.rsmpi_send()?.into_owned();
+    if input.len() % size as usize != 0 {
+        return Err(Error::Request(format!(
+            "all_to_all: {} bytes do not split into {size} equal blocks",
+            input.len()
+        )));
+    }
+    fits(input.len(), r.rsmpi_capacity())?;
+    let block = input.len() / size as usize;
+    Ok(Plan {
+        sched: rsmpi_coll::alltoall(rank, size, block),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_all_to_all_varcount<S: PartitionedBuffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    s: &S,
+    r: &R,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    check_blocks(r.counts(), size as usize)?;
+    let input = pack_blocks(s, size as usize)?;
+    let sc = byte_counts(s.counts(), &s.rsmpi_datatype());
+    let rc = byte_counts(r.counts(), &r.rsmpi_datatype());
+    Ok(Plan {
+        sched: rsmpi_coll::alltoallv(rank, size, &sc, &rc),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_reduction<'a, S: Buffer + ?Sized, O: Operation + 'a>(
+    s: &S,
+    op: O,
+    build: impl FnOnce(usize, usize, bool) -> Schedule,
+) -> Result<Plan<'a>> {
+    let input = s.rsmpi_send()?.into_owned();
+    let dt = s.rsmpi_datatype().into_owned();
+    let e = elem(&dt);
+    let commutative = op.is_commutative();
+    let op = ops::prepare(op, dt)?;
+    Ok(Plan {
+        sched: build(input.len(), e, commutative),
+        input,
+        op,
+    })
+}
+
+fn plan_bcast<B: BufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    root: Rank,
+    b: &mut B,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let root = check_root(c, root)?;
+    let len = b.rsmpi_capacity();
+    let input = if rank == root {
+        b.rsmpi_read()?
+    } else {
+        Vec::new()
+    };
+    let e = elem(&b.rsmpi_datatype());
+    Ok(Plan {
+        sched: rsmpi_coll::bcast(rank, size, root, len, e),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_gather<S: Buffer + ?Sized>(
+    c: &SimpleCommunicator,
+    root: Rank,
+    s: &S,
+    cap: Option<usize>,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let root = check_root(c, root)?;
+    let input = s.rsmpi_send()?.into_owned();
+    if let Some(cap) = cap {
+        fits(input.len() * size as usize, cap)?;
+    }
+    Ok(Plan {
+        sched: rsmpi_coll::gather(rank, size, root, input.len()),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_gatherv<S: Buffer + ?Sized>(
+    c: &SimpleCommunicator,
+    root: Rank,
+    s: &S,
+    counts: Option<Vec<usize>>,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let root = check_root(c, root)?;
+    let input = s.rsmpi_send()?.into_owned();
+    let counts = match counts {
+        Some(c) => {
+            check_blocks_len(&c, size as usize)?;
+            if c[rank as usize] != input.len() {
+                return Err(Error::Request(
+                    "the root's own count differs from its send buffer".into(),
+                ));
+            }
+            c
+        }
+        None => {
+            let mut c = vec![0; size as usize];
+            c[rank as usize] = input.len();
+            c
+        }
+    };
+    Ok(Plan {
+        sched: rsmpi_coll::gatherv(rank, size, root, &counts),
+        input,
+        op: no_op(),
+    })
+}
+
+fn check_blocks_len(c: &[usize], n: usize) -> Result<()> {
+    if c.len() != n {
+        Err(Error::Request(format!(
+            "a partition of {} blocks for {n} ranks",
+            c.len()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+fn plan_scatter(
+    c: &SimpleCommunicator,
+    root: Rank,
+    input: Option<Vec<u8>>,
+    cap: usize,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let root = check_root(c, root)?;
+    let (input, block) = match input {
+        Some(v) => {
+            if v.len() % size as usize != 0 {
+                return Err(Error::Request(format!(
+                    "scatter: {} bytes do not split into {size} equal blocks",
+                    v.len()
+                )));
+            }
+            let b = v.len() / size as usize;
+            fits(b, cap)?;
+            (v, b)
+        }
+        None => (Vec::new(), cap),
+    };
+    Ok(Plan {
+        sched: rsmpi_coll::scatter(rank, size, root, block),
+        input,
+        op: no_op(),
+    })
+}
+
+fn plan_scatterv(
+    c: &SimpleCommunicator,
+    root: Rank,
+    input: Option<(Vec<u8>, Vec<usize>)>,
+    cap: usize,
+) -> Result<Plan<'static>> {
+    let (rank, size) = me(c);
+    let root = check_root(c, root)?;
+    let (input, counts) = match input {
+        Some((v, counts)) => {
+            fits(counts[rank as usize], cap)?;
+            (v, counts)
+        }
+        None => {
+            let mut counts = vec![0; size as usize];
+            counts[rank as usize] = cap;
+            (Vec::new(), counts)
+        }
+    };
+    Ok(Plan {
+        sched: rsmpi_coll::scatterv(rank, size, root, &counts),
+        input,
+        op: no_op(),
+    })
+}
+
+/// Blocking form of a plan whose result goes into `r` (`None` result: nothing).
+fn finish_into<R: BufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    p: Plan<'_>,
+    r: &mut R,
+) -> Result<()> {
+    let out = run(c, p.sched, p.input, p.op)?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    r.rsmpi_unpack(&out)
+}
+
+fn finish_blocks<R: PartitionedBufferMut + ?Sized>(
+    c: &SimpleCommunicator,
+    p: Plan<'_>,
+    r: &mut R,
+) -> Result<()> {
+    let out = run(c, p.sched, p.input, p.op)?;
+    unpack_blocks(r, &out)
+}
+
+fn into_request<'a, R: BufferMut + ?Sized + 'a, Sc>(
+    c: &SimpleCommunicator,
+    p: Plan<'a>,
+    r: &'a mut R,
+) -> Result<Request<'a, R, Sc>> {
+    request(
+        c,
+        p.sched,
+        p.input,
+        p.op,
+        Data::Unpack(r, |r, b| if b.is_empty() { Ok(()) } else { unpack(r, b) }),
+    )
+}
+
+fn into_request_blocks<'a, R: PartitionedBufferMut + ?Sized + 'a, Sc>(
+    c: &SimpleCommunicator,
+    p: Plan<'a>,
+    r: &'a mut R,
+) -> Result<Request<'a, R, Sc>> {
+    request(
+        c,
+        p.sched,
+        p.input,
+        p.op,
+        Data::Unpack(r, |r, b| unpack_blocks(r, b)),
+    )
+}
+
+fn send_only_request<'a, S: ?Sized + 'a, Sc>(
+    c: &SimpleCommunicator,
+    p: Plan<'a>,
+    s: &'a S,
+) -> Result<Request<'a, S, Sc>> {
+    request(c, p.sched, p.input, p.op, Data::Shared(s))
+}
+
+/// Collectives every rank of a communicator calls
+/// (`mpi::collective::CommunicatorCollectives`).
+pub trait CommunicatorCollectives: Communicator {
+    /// Blocks until every rank has called it (`MPI_Barrier`).
+    fn barrier(&self) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        run(&c, rsmpi_coll::barrier(rank, size), Vec::new(), no_op())
+            .unwrap_or_else(|e| fail("barrier", e));
+    }
+
+    /// Every rank's `sendbuf`, concatenated in rank order into `recvbuf` on every rank
+    /// (`MPI_Allgather`).
+    fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let c = self.rsmpi_comm();
+        plan_all_gather(&c, sendbuf, recvbuf)
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("all_gather", e))
+    }
+
+    /// `MPI_Allgather` in place: this rank's block is already at its place in `buf`.
+    fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) {
+        let c = self.rsmpi_comm();
+        let mut f = || -> Result<()> {
+            let all = buf.rsmpi_read()?;
+            let size = c.size as usize;
+            if all.len() % size != 0 {
+                return Err(Error::Request(format!(
+                    "{} bytes do not split into {size} blocks",
+                    all.len()
+                )));
+            }
+            let b = all.len() / size;
+            let mine = all[c.rank as usize * b..(c.rank as usize + 1) * b].to_vec();
+            let out = run(
+                &c,
+                rsmpi_coll::allgather(c.rank as u32, size as u32, b),
+                mine,
+                no_op(),
+            )?;
+            buf.rsmpi_unpack(&out)
+        };
+        f().unwrap_or_else(|e| fail("all_gather", e))
+    }
+
+    /// `MPI_Allgatherv`: blocks of per-rank sizes, placed by the partition.
+    fn all_gather_varcount_into<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let c = self.rsmpi_comm();
+        plan_all_gather_varcount(&c, sendbuf, recvbuf)
+            .and_then(|p| finish_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("all_gather_varcount", e))
+    }
+
+    /// Block j of `sendbuf` goes to rank j, block i of `recvbuf` comes from rank i
+    /// (`MPI_Alltoall`).
+    fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let c = self.rsmpi_comm();
+        plan_all_to_all(&c, sendbuf, recvbuf)
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("all_to_all", e))
+    }
+
+    /// `MPI_Alltoallv`.
+    fn all_to_all_varcount_into<S: PartitionedBuffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let c = self.rsmpi_comm();
+        plan_all_to_all_varcount(&c, sendbuf, recvbuf)
+            .and_then(|p| finish_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("all_to_all_varcount", e))
+    }
+
+    /// The reduction of every rank's `sendbuf`, on every rank (`MPI_Allreduce`).
+    fn all_reduce_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, e, com| {
+            rsmpi_coll::allreduce(rank, size, len, e, com)
+        })
+        .and_then(|p| {
+            fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+            finish_into(&c, p, recvbuf)
+        })
+        .unwrap_or_else(|e| fail("all_reduce", e))
+    }
+
+    /// `MPI_Allreduce` with `MPI_IN_PLACE`: `buf` is this rank's contribution and
+    /// receives the result.
+    fn all_reduce_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        let f = || -> Result<()> {
+            let mine = buf.rsmpi_read()?;
+            let p = plan_reduction(&mine[..], op, |len, e, com| {
+                rsmpi_coll::allreduce(rank, size, len, e, com)
+            })?;
+            let dt = buf.rsmpi_datatype().into_owned();
+            let p = Plan {
+                op: retype(p.op, &dt)?,
+                ..p
+            };
+            finish_into(&c, p, buf)
+        };
+        f().unwrap_or_else(|e| fail("all_reduce", e))
+    }
+
+    /// Reduces `sendbuf` (size × n elements) and scatters block i of the result to
+    /// rank i (`MPI_Reduce_scatter_block`).
+    fn reduce_scatter_block_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        let f = || -> Result<()> {
+            let p = plan_reduction(sendbuf, op, |len, e, com| {
+                rsmpi_coll::reduce_scatter_block(rank, size, len / size as usize, e, com)
+            })?;
+            check_split(p.input.len(), size)?;
+            fits(p.input.len() / size as usize, recvbuf.rsmpi_capacity())?;
+            finish_into(&c, p, recvbuf)
+        };
+        f().unwrap_or_else(|e| fail("reduce_scatter_block", e))
+    }
+
+    /// `MPI_Reduce_scatter`: block i (of `counts[i]` elements) of the reduction goes
+    /// to rank i.
+    fn reduce_scatter_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        counts: &[Count],
+        op: O,
+    ) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        let f = || -> Result<()> {
+            check_blocks(counts, size as usize)?;
+            let dt = sendbuf.rsmpi_datatype().into_owned();
+            let bc = byte_counts(counts, &dt);
+            let p = plan_reduction(sendbuf, op, |_, e, com| {
+                rsmpi_coll::reduce_scatter(rank, size, &bc, e, com)
+            })?;
+            if p.input.len() != bc.iter().sum::<usize>() {
+                return Err(Error::Request(
+                    "the counts do not add up to the send buffer".into(),
+                ));
+            }
+            fits(bc[rank as usize], recvbuf.rsmpi_capacity())?;
+            finish_into(&c, p, recvbuf)
+        };
+        f().unwrap_or_else(|e| fail("reduce_scatter", e))
+    }
+
+    /// Inclusive prefix reduction: rank i gets x_0 op … op x_i (`MPI_Scan`).
+    fn scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                finish_into(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("scan", e))
+    }
+
+    /// `MPI_Scan` in place.
+    fn scan_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        let f = || -> Result<()> {
+            let mine = buf.rsmpi_read()?;
+            let p = plan_reduction(&mine[..], op, |len, _, _| rsmpi_coll::scan(rank, size, len))?;
+            let dt = buf.rsmpi_datatype().into_owned();
+            let p = Plan {
+                op: retype(p.op, &dt)?,
+                ..p
+            };
+            finish_into(&c, p, buf)
+        };
+        f().unwrap_or_else(|e| fail("scan", e))
+    }
+
+    /// Exclusive prefix reduction: rank i > 0 gets x_0 op … op x_{i-1}; rank 0's
+    /// buffer is left as it was (`MPI_Exscan`).
+    fn exclusive_scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::exscan(rank, size, len))
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                finish_into(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("exclusive_scan", e))
+    }
+
+    /// Starts a barrier (`MPI_Ibarrier`).
+    fn immediate_barrier(&self) -> Request<'static, (), StaticScope> {
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        request(
+            &c,
+            rsmpi_coll::barrier(rank, size),
+            Vec::new(),
+            no_op(),
+            Data::Shared(&()),
+        )
+        .unwrap_or_else(|e| fail("ibarrier", e))
+    }
+
+    /// `MPI_Iallgather`.
+    fn immediate_all_gather_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        plan_all_gather(&c, sendbuf, recvbuf)
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iallgather", e))
+    }
+
+    /// `MPI_Iallgatherv`.
+    fn immediate_all_gather_varcount_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        plan_all_gather_varcount(&c, sendbuf, recvbuf)
+            .and_then(|p| into_request_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iallgatherv", e))
+    }
+
+    /// `MPI_Ialltoall`.
+    fn immediate_all_to_all_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        plan_all_to_all(&c, sendbuf, recvbuf)
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("ialltoall", e))
+    }
+
+    /// `MPI_Ialltoallv`.
+    fn immediate_all_to_all_varcount_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        plan_all_to_all_varcount(&c, sendbuf, recvbuf)
+            .and_then(|p| into_request_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("ialltoallv", e))
+    }
+
+    /// `MPI_Iallreduce`.
+    fn immediate_all_reduce_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, e, com| {
+            rsmpi_coll::allreduce(rank, size, len, e, com)
+        })
+        .and_then(|p| {
+            fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+            into_request(&c, p, recvbuf)
+        })
+        .unwrap_or_else(|e| fail("iallreduce", e))
+    }
+
+    /// `MPI_Ireduce_scatter_block`.
+    fn immediate_reduce_scatter_block_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        let f = move || -> Result<Request<'a, R, Sc>> {
+            let p = plan_reduction(sendbuf, op, |len, e, com| {
+                rsmpi_coll::reduce_scatter_block(rank, size, len / size as usize, e, com)
+            })?;
+            check_split(p.input.len(), size)?;
+            fits(p.input.len() / size as usize, recvbuf.rsmpi_capacity())?;
+            into_request(&c, p, recvbuf)
+        };
+        f().unwrap_or_else(|e| fail("ireduce_scatter_block", e))
+    }
+
+    /// `MPI_Iscan`.
+    fn immediate_scan_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                into_request(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("iscan", e))
+    }
+
+    /// `MPI_Iexscan`.
+    fn immediate_exclusive_scan_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let c = self.rsmpi_comm();
+        let (rank, size) = me(&c);
+        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::exscan(rank, size, len))
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                into_request(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("iexscan", e))
+    }
+}
+
+impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
+
+fn check_split(len: usize, size: u32) -> Result<()> {
+    if len % size as usize != 0 {
+        Err(Error::Request(format!(
+            "{len} bytes do not split into {size} equal blocks"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// The in-place forms plan with a byte slice as the send buffer; the reduction must
+/// see the user's datatype.
+fn retype<'a>(op: Prepared<'a>, dt: &UserDatatype) -> Result<Prepared<'a>> {
+    match op.0 {
+        ExecOp::System(s, _) => {
+            let p = dt.prim().ok_or_else(|| {
+                Error::Type("a predefined reduction needs a datatype made of one basic type".into())
+            })?;
+            Ok((ExecOp::System(s, p), None))
+        }
+        other => Ok((other, op.1)),
+    }
+}
+
+/// The root of a rooted collective (`mpi::collective::Root`): called on
+/// `comm.process_at_rank(root)` by every rank; the `_root` forms are the root's.
+pub trait Root: AsCommunicator {
+    /// The root's rank.
+    fn root_rank(&self) -> Rank;
+
+    /// The communicator and root.
+    #[doc(hidden)]
+    fn rsmpi_root(&self) -> (SimpleCommunicator, Rank);
+
+    /// The root's `buffer` on every rank (`MPI_Bcast`).
+    fn broadcast_into<Buf: BufferMut + ?Sized>(&self, buffer: &mut Buf) {
+        let (c, root) = self.rsmpi_root();
+        plan_bcast(&c, root, buffer)
+            .and_then(|p| finish_into(&c, p, buffer))
+            .unwrap_or_else(|e| fail("broadcast", e))
+    }
+
+    /// `MPI_Gather` on a rank that is not the root.
+    fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
+        let (c, root) = self.rsmpi_root();
+        plan_gather(&c, root, sendbuf, None)
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .unwrap_or_else(|e| fail("gather", e))
+    }
+
+    /// `MPI_Gather` at the root: every rank's block in rank order in `recvbuf`.
+    fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let (c, root) = self.rsmpi_root();
+        plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("gather", e))
+    }
+
+    /// `MPI_Gatherv` on a rank that is not the root.
+    fn gather_varcount_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
+        let (c, root) = self.rsmpi_root();
+        plan_gatherv(&c, root, sendbuf, None)
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .unwrap_or_else(|e| fail("gather_varcount", e))
+    }
+
+    /// `MPI_Gatherv` at the root: blocks placed by the partition.
+    fn gather_varcount_into_root<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let (c, root) = self.rsmpi_root();
+        let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
+        plan_gatherv(&c, root, sendbuf, Some(counts))
+            .and_then(|p| finish_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("gather_varcount", e))
+    }
+
+    /// `MPI_Scatter` on a rank that is not the root: this rank's block into `recvbuf`.
+    fn scatter_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
+        let (c, root) = self.rsmpi_root();
+        plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("scatter", e))
+    }
+
+    /// `MPI_Scatter` at the root: block i of `sendbuf` to rank i.
+    fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let (c, root) = self.rsmpi_root();
+        sendbuf
+            .rsmpi_send()
+            .and_then(|s| plan_scatter(&c, root, Some(s.into_owned()), recvbuf.rsmpi_capacity()))
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("scatter", e))
+    }
+
+    /// `MPI_Scatterv` on a rank that is not the root.
+    fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
+        let (c, root) = self.rsmpi_root();
+        plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
+            .and_then(|p| finish_into(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("scatter_varcount", e))
+    }
+
+    /// `MPI_Scatterv` at the root: the partition's block i to rank i.
+    fn scatter_varcount_into_root<S: PartitionedBuffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
+        let (c, root) = self.rsmpi_root();
+        let mut f = || -> Result<()> {
+            let v = pack_blocks(sendbuf, c.size as usize)?;
+            let counts = byte_counts(sendbuf.counts(), &sendbuf.rsmpi_datatype());
+            let p = plan_scatterv(&c, root, Some((v, counts)), recvbuf.rsmpi_capacity())?;
+            finish_into(&c, p, recvbuf)
+        };
+        f().unwrap_or_else(|e| fail("scatter_varcount", e))
+    }
+
+    /// `MPI_Reduce` on a rank that is not the root.
+    fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, sendbuf: &S, op: O) {
+        let (c, root) = self.rsmpi_root();
+        let (rank, size) = me(&c);
+        check_root(&c, root)
+            .and_then(|root| {
+                plan_reduction(sendbuf, op, |len, e, com| {
+                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                })
+            })
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .unwrap_or_else(|e| fail("reduce", e))
+    }
+
+    /// `MPI_Reduce` at the root: the reduction of every rank's `sendbuf`.
+    fn reduce_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
+        let (c, root) = self.rsmpi_root();
+        let (rank, size) = me(&c);
+        check_root(&c, root)
+            .and_then(|root| {
+                plan_reduction(sendbuf, op, |len, e, com| {
+                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                })
+            })
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                finish_into(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("reduce", e))
+    }
+
+    /// `MPI_Reduce` with `MPI_IN_PLACE` at the root: `buf` is the root's contribution
+    /// and receives the result.
+    fn reduce_into_root_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let (c, root) = self.rsmpi_root();
+        let (rank, size) = me(&c);
+        let f = || -> Result<()> {
+            let root = check_root(&c, root)?;
+            let mine = buf.rsmpi_read()?;
+            let p = plan_reduction(&mine[..], op, |len, e, com| {
+                rsmpi_coll::reduce(rank, size, root, len, e, com)
+            })?;
+            let dt = buf.rsmpi_datatype().into_owned();
+            let p = Plan {
+                op: retype(p.op, &dt)?,
+                ..p
+            };
+            finish_into(&c, p, buf)
+        };
+        f().unwrap_or_else(|e| fail("reduce", e))
+    }
+
+    /// `MPI_Ibcast`.
+    fn immediate_broadcast_into<'a, Buf, Sc>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_bcast(&c, root, buf)
+            .and_then(|p| into_request(&c, p, buf))
+            .unwrap_or_else(|e| fail("ibcast", e))
+    }
+
+    /// `MPI_Igather` on a rank that is not the root.
+    fn immediate_gather_into<'a, S, Sc>(&self, scope: Sc, sendbuf: &'a S) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_gather(&c, root, sendbuf, None)
+            .and_then(|p| send_only_request(&c, p, sendbuf))
+            .unwrap_or_else(|e| fail("igather", e))
+    }
+
+    /// `MPI_Igather` at the root.
+    fn immediate_gather_into_root<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("igather", e))
+    }
+
+    /// `MPI_Igatherv` on a rank that is not the root.
+    fn immediate_gather_varcount_into<'a, Sc, S>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+    ) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_gatherv(&c, root, sendbuf, None)
+            .and_then(|p| send_only_request(&c, p, sendbuf))
+            .unwrap_or_else(|e| fail("igatherv", e))
+    }
+
+    /// `MPI_Igatherv` at the root.
+    fn immediate_gather_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
+        plan_gatherv(&c, root, sendbuf, Some(counts))
+            .and_then(|p| into_request_blocks(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("igatherv", e))
+    }
+
+    /// `MPI_Iscatter` on a rank that is not the root.
+    fn immediate_scatter_into<'a, Sc, R>(&self, scope: Sc, recvbuf: &'a mut R) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iscatter", e))
+    }
+
+    /// `MPI_Iscatter` at the root.
+    fn immediate_scatter_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        sendbuf
+            .rsmpi_send()
+            .and_then(|s| plan_scatter(&c, root, Some(s.into_owned()), recvbuf.rsmpi_capacity()))
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iscatter", e))
+    }
+
+    /// `MPI_Iscatterv` on a rank that is not the root.
+    fn immediate_scatter_varcount_into<'a, Sc, R>(
+        &self,
+        scope: Sc,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
+            .and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iscatterv", e))
+    }
+
+    /// `MPI_Iscatterv` at the root.
+    fn immediate_scatter_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        let p = pack_blocks(sendbuf, c.size as usize).and_then(|v| {
+            let counts = byte_counts(sendbuf.counts(), &sendbuf.rsmpi_datatype());
+            plan_scatterv(&c, root, Some((v, counts)), recvbuf.rsmpi_capacity())
+        });
+        p.and_then(|p| into_request(&c, p, recvbuf))
+            .unwrap_or_else(|e| fail("iscatterv", e))
+    }
+
+    /// `MPI_Ireduce` on a rank that is not the root.
+    fn immediate_reduce_into<'a, Sc, S, O>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        op: O,
+    ) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        let (rank, size) = me(&c);
+        check_root(&c, root)
+            .and_then(|root| {
+                plan_reduction(sendbuf, op, |len, e, com| {
+                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                })
+            })
+            .and_then(|p| send_only_request(&c, p, sendbuf))
+            .unwrap_or_else(|e| fail("ireduce", e))
+    }
+
+    /// `MPI_Ireduce` at the root.
+    fn immediate_reduce_into_root<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let _ = scope;
+        let (c, root) = self.rsmpi_root();
+        let (rank, size) = me(&c);
+        check_root(&c, root)
+            .and_then(|root| {
+                plan_reduction(sendbuf, op, |len, e, com| {
+                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                })
+            })
+            .and_then(|p| {
+                fits(p.input.len(), recvbuf.rsmpi_capacity())?;
+                into_request(&c, p, recvbuf)
+            })
+            .unwrap_or_else(|e| fail("ireduce", e))
+    }
+}
+
+impl Root for Process<'_> {
+    fn root_rank(&self) -> Rank {
+        self.rank
+    }
+    fn rsmpi_root(&self) -> (SimpleCommunicator, Rank) {
+        (self.comm, self.rank)
+    }
+}

@@ -1,0 +1,1200 @@
+//! Point-to-point messaging (`mpi::point_to_point`): [`Destination`] (sends) and
+//! [`Source`] (receives, probes) on the processes of a communicator, [`Status`],
+//! [`Message`] and the `send_receive` family.
+//!
+//! ```no_run
+//! use rsmpi::traits::*;
+//!
+//! let universe = rsmpi::initialize().unwrap();
+//! let world = universe.world();
+//! if world.rank() == 0 {
+//!     world.process_at_rank(1).send_with_tag(&[1.0f64; 4][..], 7);
+//! } else if world.rank() == 1 {
+//!     let (v, status) = world.process_at_rank(0).receive_vec_with_tag::<f64>(7);
+//!     assert_eq!((v, status.tag()), (vec![1.0; 4], 7));
+//! }
+//! ```
+
+use crate::datatype::{Buffer, BufferMut, Count, Datatype, Equivalence};
+use crate::error::{Error, Result};
+use crate::progress::{self, Key, RecvDst, SendSrc};
+use crate::request::{Data, Pending, Request, Scope};
+use crate::topology::{
+    fail, AnyProcess, AsCommunicator, Communicator, CommunicatorRelation, Process, Rank,
+    SimpleCommunicator, PROC_NULL,
+};
+use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
+use std::borrow::Cow;
+use transport::mem::RegionId;
+
+/// A message tag.
+pub type Tag = i32;
+
+/// `use rsmpi::point_to_point::traits::*`.
+pub mod traits {
+    pub use super::{Destination, MatchedReceiveVec, Source};
+}
+
+/// What a receive or probe reports (`MPI_Status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub(crate) source: Rank,
+    pub(crate) tag: Tag,
+    pub(crate) len: u64,
+    pub(crate) cancelled: bool,
+}
+
+impl Status {
+    /// The rank that sent the message.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+    /// The message's tag.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+    /// The number of elements of datatype `d` received (`MPI_Get_count`).
+    pub fn count<D: Datatype>(&self, d: D) -> Count {
+        let size = d.type_map().size();
+        self.len.checked_div(size).unwrap_or(0) as Count
+    }
+    /// The message length in bytes.
+    pub fn count_bytes(&self) -> u64 {
+        self.len
+    }
+    /// Whether a cancel won (`MPI_Test_cancelled`).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+    pub(crate) fn proc_null() -> Status {
+        Status {
+            source: PROC_NULL,
+            tag: -1,
+            len: 0,
+            cancelled: false,
+        }
+    }
+}
+
+fn check_tag(t: Tag) -> Result<()> {
+    if t < 0 {
+        Err(Error::InvalidTag(t))
+    } else {
+        Ok(())
+    }
+}
+
+fn tagsel(tag: Option<Tag>) -> Result<TagSel> {
+    match tag {
+        None => Ok(TagSel::Any),
+        Some(t) => check_tag(t).map(|_| TagSel::Tag(t)),
+    }
+}
+
+/// The data of a send: a lent buffer, or packed elements the library keeps.
+pub(crate) enum SendArg {
+    Region(RegionId),
+    Packed(Vec<u8>),
+}
+
+pub(crate) fn start_send(
+    s: &mut progress::State,
+    ctx: u32,
+    dest: u32,
+    tag: Tag,
+    arg: SendArg,
+    mode: SendMode,
+) -> Result<Key> {
+    let src = match (arg, mode) {
+        (SendArg::Region(r), SendMode::Buffered) => {
+            SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
+        }
+        (SendArg::Packed(v), SendMode::Buffered) => SendSrc::Owned(v),
+        (SendArg::Region(r), _) => SendSrc::Region(r),
+        (SendArg::Packed(v), _) => SendSrc::Packed(v),
+    };
+    let (addr, len) = match &src {
+        SendSrc::Region(r) => (
+            s.regions.addr(*r).expect("lent"),
+            s.regions.len(*r).expect("lent"),
+        ),
+        SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
+    };
+    let buf = s.transport.expose(addr, len);
+    let spec = SendSpec {
+        dest,
+        tag,
+        ctx,
+        len: len as u64,
+        mode,
+        buf: progress::to_matching(buf),
+    };
+    let id = s.engine.start_send(spec)?;
+    if let SendSrc::Region(r) = &src {
+        s.by_region.insert(*r, Key::Send(id));
+    }
+    s.send_src.insert(id, src);
+    s.run_outputs();
+    Ok(Key::Send(id))
+}
+
+pub(crate) fn start_recv(
+    s: &mut progress::State,
+    ctx: u32,
+    source: Src,
+    tag: TagSel,
+    dst: RecvDst,
+) -> Result<Key> {
+    let mut dst = dst;
+    let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
+    let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
+    let buf = s.transport.expose(addr, len);
+    let spec = RecvSpec {
+        source,
+        tag,
+        ctx,
+        capacity: len as u64,
+        buf: Some(progress::to_matching(buf)),
+    };
+    let id = s.engine.post_recv(spec)?;
+    if let Some(r) = dst.region() {
+        s.by_region.insert(r, Key::Recv(id));
+    }
+    s.recv_dst.insert(id, dst);
+    s.run_outputs();
+    Ok(Key::Recv(id))
+}
+
+/// Bytes of one element for the receive's "whole number of elements" check (0: none).
+fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
+    buf.rsmpi_elem_check()
+}
+
+/// A blocking send of `buf` to `rank` of `comm`.
+pub(crate) fn blocking_send<B: Buffer + ?Sized>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<()> {
+    let bytes = buf.rsmpi_send();
+    // one visit to the library state: check the rank and the tag, try the fast path
+    let dest = progress::try_with(|s| -> Result<Option<u32>> {
+        let Some(dest) = comm.check_rank_in(s, rank)? else {
+            return Ok(None); // PROC_NULL
+        };
+        check_tag(tag)?;
+        if let (SendMode::Standard, Ok(b)) = (mode, &bytes) {
+            if s.send_now(comm.ctx, dest, tag, b)? {
+                return Ok(None); // sent and complete
+            }
+        }
+        Ok(Some(dest))
+    })??;
+    let Some(dest) = dest else {
+        return Ok(());
+    };
+    let bytes = bytes?;
+    transport::mem::lend(&progress::HOST, &bytes, |region| {
+        let key =
+            progress::with(|s| start_send(s, comm.ctx, dest, tag, SendArg::Region(region), mode))?;
+        crate::request::finish(progress::wait(key), 0, 0, 0).map(|_| ())
+    })
+}
+
+/// A blocking receive into `buf` from `src` (`None`: any source) of `comm`.
+pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    buf: &mut B,
+) -> Result<Status> {
+    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
+    let Some(src) = src else {
+        return Ok(Status::proc_null());
+    };
+    let elem = elem_of(buf);
+    let ctx = comm.ctx;
+    if let Some(bytes) = buf.rsmpi_direct() {
+        let cap = bytes.len() as u64;
+        return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
+            let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Region(region)))?;
+            crate::request::finish(progress::wait(key), cap, elem, ctx)
+        });
+    }
+    let cap = buf.rsmpi_capacity();
+    let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
+    let st = crate::request::finish(progress::wait(key), cap as u64, elem, ctx)?;
+    let data = progress::with(|s| s.owned_done.remove(&key)).unwrap_or_default();
+    buf.rsmpi_unpack(&data)?;
+    Ok(st)
+}
+
+/// The matching source of `src` in `comm` (`None` inside: `PROC_NULL`).
+fn source(comm: &SimpleCommunicator, src: Option<Rank>) -> Result<Option<Src>> {
+    match src {
+        None => {
+            comm.check_live()?;
+            Ok(Some(Src::Any))
+        }
+        Some(r) => Ok(comm.check_rank(r)?.map(Src::Rank)),
+    }
+}
+
+/// A request complete from the start: a `PROC_NULL` operation (`done` = `None`) or a
+/// send that left at once. Each has its own key, so that several can be pending.
+pub(crate) fn done_pending(done: Option<progress::Done>) -> Pending {
+    let done = done.unwrap_or(progress::Done::Recv(matching::RecvOutcome::Received {
+        source: PROC_NULL as u32,
+        tag: -1,
+        len: 0,
+        truncated_from: None,
+    }));
+    let key = progress::with(|s| {
+        s.next_null += 1;
+        let key = Key::Null(s.next_null);
+        s.done.insert(key, done);
+        key
+    });
+    Pending::new(key, 0, 0, 0)
+}
+
+/// Starts a send of `buf` to `rank` of `comm`.
+pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    scope: Sc,
+    buf: &'a B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<Request<'a, B, Sc>> {
+    let Some(dest) = comm.check_rank(rank)? else {
+        return Ok(Request::new(done_pending(None), Data::Shared(buf)));
+    };
+    check_tag(tag)?;
+    let bytes = buf.rsmpi_send()?;
+    if mode == SendMode::Standard && progress::with(|s| s.send_now(comm.ctx, dest, tag, &bytes))? {
+        let p = done_pending(Some(progress::Done::Send(matching::SendOutcome::Sent)));
+        return Ok(Request::new(p, Data::Shared(buf)));
+    }
+    let arg = match bytes {
+        Cow::Borrowed(b) => SendArg::Region(scope.rsmpi_lend(b)),
+        Cow::Owned(v) => SendArg::Packed(v),
+    };
+    let key = progress::with(|s| start_send(s, comm.ctx, dest, tag, arg, mode))?;
+    Ok(Request::new(
+        Pending::new(key, 0, 0, comm.ctx),
+        Data::Shared(buf),
+    ))
+}
+
+/// Starts a receive into `buf` from `src` (`None`: any source) of `comm`.
+pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    scope: Sc,
+    buf: &'a mut B,
+    tag: Option<Tag>,
+) -> Result<Request<'a, B, Sc>> {
+    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
+    let Some(src) = src else {
+        return Ok(Request::new(done_pending(None), Data::Shared(buf)));
+    };
+    let elem = elem_of(buf);
+    let ctx = comm.ctx;
+    if buf.rsmpi_direct().is_some() {
+        let loan = scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct"));
+        let region = loan.id();
+        let cap = progress::with(|s| s.regions.len(region).unwrap_or(0)) as u64;
+        let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Region(region)))?;
+        return Ok(Request::new(
+            Pending::new(key, cap, elem, ctx),
+            Data::Loan(loan),
+        ));
+    }
+    let cap = buf.rsmpi_capacity();
+    let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
+    Ok(Request::new(
+        Pending::new(key, cap as u64, elem, ctx),
+        Data::Unpack(buf, |b, d| b.rsmpi_unpack(d)),
+    ))
+}
+
+fn iprobe(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<Option<Status>> {
+    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
+    let Some(src) = src else {
+        return Ok(Some(Status::proc_null()));
+    };
+    let ctx = comm.ctx;
+    Ok(progress::with(|s| {
+        s.progress();
+        let env = s.engine.probe(src, tag, ctx)?;
+        Some(Status {
+            source: s.comm_rank(ctx, env.source),
+            tag: env.tag,
+            len: env.len,
+            cancelled: false,
+        })
+    }))
+}
+
+fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Result<Status> {
+    let mut backoff = progress::Backoff::new();
+    loop {
+        if let Some(s) = iprobe(comm, src, tag)? {
+            return Ok(s);
+        }
+        backoff.idle();
+    }
+}
+
+fn improbe(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<Option<(Message, Status)>> {
+    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
+    let ctx = comm.ctx;
+    let Some(src) = src else {
+        return Ok(Some((Message { id: None, ctx }, Status::proc_null())));
+    };
+    Ok(progress::with(|s| {
+        s.progress();
+        let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+        let st = Status {
+            source: s.comm_rank(ctx, env.source),
+            tag: env.tag,
+            len: env.len,
+            cancelled: false,
+        };
+        Some((Message { id: Some(id), ctx }, st))
+    }))
+}
+
+fn mprobe(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<(Message, Status)> {
+    let mut backoff = progress::Backoff::new();
+    loop {
+        if let Some(m) = improbe(comm, src, tag)? {
+            return Ok(m);
+        }
+        backoff.idle();
+    }
+}
+
+fn receive_vec<T: Equivalence>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<(Vec<T>, Status)> {
+    let (msg, st) = mprobe(comm, src, tag)?;
+    msg.receive_vec(st)
+}
+
+/// Something to receive from (`mpi::point_to_point::Source`): a [`Process`], or
+/// [`AnyProcess`] for `MPI_ANY_SOURCE`. Methods without `_with_tag` take any tag.
+pub trait Source: AsCommunicator {
+    /// The rank received from (`MPI_ANY_SOURCE` is -1).
+    fn source_rank(&self) -> Rank;
+
+    /// The communicator and source of the receive.
+    #[doc(hidden)]
+    fn rsmpi_source(&self) -> (SimpleCommunicator, Option<Rank>);
+
+    /// Waits for a message with `tag` without receiving it (`MPI_Probe`).
+    fn probe_with_tag(&self, tag: Tag) -> Status {
+        let (c, s) = self.rsmpi_source();
+        probe(&c, s, Some(tag)).unwrap_or_else(|e| fail("probe", e))
+    }
+    /// Waits for a message without receiving it (`MPI_Probe`).
+    fn probe(&self) -> Status {
+        let (c, s) = self.rsmpi_source();
+        probe(&c, s, None).unwrap_or_else(|e| fail("probe", e))
+    }
+    /// Waits for a message with `tag` and takes it, so that only the returned
+    /// [`Message`] can receive it (`MPI_Mprobe`).
+    fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
+        let (c, s) = self.rsmpi_source();
+        mprobe(&c, s, Some(tag)).unwrap_or_else(|e| fail("mprobe", e))
+    }
+    /// `MPI_Mprobe` with any tag.
+    fn matched_probe(&self) -> (Message, Status) {
+        let (c, s) = self.rsmpi_source();
+        mprobe(&c, s, None).unwrap_or_else(|e| fail("mprobe", e))
+    }
+    /// Receives one value with `tag`.
+    fn receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Msg, Status) {
+        let mut v = Msg::rsmpi_zero();
+        let st = self.receive_into_with_tag(&mut v, tag);
+        (v, st)
+    }
+    /// Receives one value.
+    fn receive<Msg: Equivalence>(&self) -> (Msg, Status) {
+        let mut v = Msg::rsmpi_zero();
+        let st = self.receive_into(&mut v);
+        (v, st)
+    }
+    /// Receives into `buf` a message with `tag` (`MPI_Recv`).
+    fn receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status {
+        let (c, s) = self.rsmpi_source();
+        blocking_recv(&c, s, Some(tag), buf).unwrap_or_else(|e| fail("receive", e))
+    }
+    /// Receives into `buf` (`MPI_Recv`).
+    fn receive_into<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf) -> Status {
+        let (c, s) = self.rsmpi_source();
+        blocking_recv(&c, s, None, buf).unwrap_or_else(|e| fail("receive", e))
+    }
+    /// Receives a message with `tag` of any length into a new vector.
+    fn receive_vec_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Vec<Msg>, Status) {
+        let (c, s) = self.rsmpi_source();
+        receive_vec(&c, s, Some(tag)).unwrap_or_else(|e| fail("receive_vec", e))
+    }
+    /// Receives a message of any length into a new vector.
+    fn receive_vec<Msg: Equivalence>(&self) -> (Vec<Msg>, Status) {
+        let (c, s) = self.rsmpi_source();
+        receive_vec(&c, s, None).unwrap_or_else(|e| fail("receive_vec", e))
+    }
+    /// Starts a receive into `buf` of a message with `tag` (`MPI_Irecv`).
+    fn immediate_receive_into_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, s) = self.rsmpi_source();
+        immediate_recv(&c, s, scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
+    }
+    /// Starts a receive into `buf` (`MPI_Irecv`).
+    fn immediate_receive_into<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, s) = self.rsmpi_source();
+        immediate_recv(&c, s, scope, buf, None).unwrap_or_else(|e| fail("irecv", e))
+    }
+    /// Starts a receive of one value with `tag`, into the library's own buffer.
+    fn immediate_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> ReceiveFuture<Msg> {
+        let (c, s) = self.rsmpi_source();
+        ReceiveFuture::start(&c, s, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
+    }
+    /// Starts a receive of one value.
+    fn immediate_receive<Msg: Equivalence>(&self) -> ReceiveFuture<Msg> {
+        let (c, s) = self.rsmpi_source();
+        ReceiveFuture::start(&c, s, None).unwrap_or_else(|e| fail("irecv", e))
+    }
+    /// `MPI_Iprobe` with a tag.
+    fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
+        let (c, s) = self.rsmpi_source();
+        iprobe(&c, s, Some(tag)).unwrap_or_else(|e| fail("iprobe", e))
+    }
+    /// `MPI_Iprobe`.
+    fn immediate_probe(&self) -> Option<Status> {
+        let (c, s) = self.rsmpi_source();
+        iprobe(&c, s, None).unwrap_or_else(|e| fail("iprobe", e))
+    }
+    /// `MPI_Improbe` with a tag: takes a matching message if one is there.
+    fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
+        let (c, s) = self.rsmpi_source();
+        improbe(&c, s, Some(tag)).unwrap_or_else(|e| fail("improbe", e))
+    }
+    /// `MPI_Improbe`.
+    fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
+        let (c, s) = self.rsmpi_source();
+        improbe(&c, s, None).unwrap_or_else(|e| fail("improbe", e))
+    }
+}
+
+impl Source for Process<'_> {
+    fn source_rank(&self) -> Rank {
+        self.rank
+    }
+    fn rsmpi_source(&self) -> (SimpleCommunicator, Option<Rank>) {
+        (self.comm, Some(self.rank))
+    }
+}
+
+impl Source for AnyProcess<'_> {
+    fn source_rank(&self) -> Rank {
+        -1
+    }
+    fn rsmpi_source(&self) -> (SimpleCommunicator, Option<Rank>) {
+        (self.comm, None)
+    }
+}
+
+/// Something to send to (`mpi::point_to_point::Destination`): a [`Process`]. Methods
+/// without `_with_tag` use tag 0.
+pub trait Destination: AsCommunicator {
+    /// The rank sent to.
+    fn destination_rank(&self) -> Rank;
+
+    /// The communicator and destination of the send.
+    #[doc(hidden)]
+    fn rsmpi_destination(&self) -> (SimpleCommunicator, Rank);
+
+    /// Standard-mode send (`MPI_Send`).
+    fn send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        let (c, r) = self.rsmpi_destination();
+        blocking_send(&c, r, buf, tag, SendMode::Standard).unwrap_or_else(|e| fail("send", e))
+    }
+    /// Standard-mode send with tag 0.
+    fn send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.send_with_tag(buf, 0)
+    }
+    /// Buffered send (`MPI_Bsend`) through the attached buffer.
+    fn buffered_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        let (c, r) = self.rsmpi_destination();
+        blocking_send(&c, r, buf, tag, SendMode::Buffered).unwrap_or_else(|e| fail("bsend", e))
+    }
+    /// Buffered send with tag 0.
+    fn buffered_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.buffered_send_with_tag(buf, 0)
+    }
+    /// Synchronous send: returns once a receive matched (`MPI_Ssend`).
+    fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        let (c, r) = self.rsmpi_destination();
+        blocking_send(&c, r, buf, tag, SendMode::Synchronous).unwrap_or_else(|e| fail("ssend", e))
+    }
+    /// Synchronous send with tag 0.
+    fn synchronous_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.synchronous_send_with_tag(buf, 0)
+    }
+    /// Ready send (`MPI_Rsend`): the receive must be posted already.
+    ///
+    /// # Safety
+    /// None in rsmpi: a ready send that finds no receive posted is reported as an error
+    /// (`MPI_ERR_OTHER`), never delivered wrongly. `unsafe` only as in the `mpi` crate,
+    /// so that code written for it compiles unchanged; `Process::try_ready_send_with_tag`
+    /// is the safe form.
+    #[allow(unsafe_code)]
+    unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        let (c, r) = self.rsmpi_destination();
+        blocking_send(&c, r, buf, tag, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
+    }
+    /// Ready send with tag 0.
+    ///
+    /// # Safety
+    /// None in rsmpi; see [`Destination::ready_send_with_tag`].
+    #[allow(unsafe_code)]
+    unsafe fn ready_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        let (c, r) = self.rsmpi_destination();
+        blocking_send(&c, r, buf, 0, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
+    }
+    /// Starts a standard-mode send (`MPI_Isend`).
+    fn immediate_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, r) = self.rsmpi_destination();
+        immediate_send(&c, r, scope, buf, tag, SendMode::Standard)
+            .unwrap_or_else(|e| fail("isend", e))
+    }
+    /// `MPI_Isend` with tag 0.
+    fn immediate_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_send_with_tag(scope, buf, 0)
+    }
+    /// `MPI_Ibsend`.
+    fn immediate_buffered_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, r) = self.rsmpi_destination();
+        immediate_send(&c, r, scope, buf, tag, SendMode::Buffered)
+            .unwrap_or_else(|e| fail("ibsend", e))
+    }
+    /// `MPI_Ibsend` with tag 0.
+    fn immediate_buffered_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_buffered_send_with_tag(scope, buf, 0)
+    }
+    /// `MPI_Issend`.
+    fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, r) = self.rsmpi_destination();
+        immediate_send(&c, r, scope, buf, tag, SendMode::Synchronous)
+            .unwrap_or_else(|e| fail("issend", e))
+    }
+    /// `MPI_Issend` with tag 0.
+    fn immediate_synchronous_send<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_synchronous_send_with_tag(scope, buf, 0)
+    }
+    /// `MPI_Irsend`.
+    ///
+    /// # Safety
+    /// None in rsmpi; see [`Destination::ready_send_with_tag`].
+    #[allow(unsafe_code)]
+    unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, r) = self.rsmpi_destination();
+        immediate_send(&c, r, scope, buf, tag, SendMode::Ready)
+            .unwrap_or_else(|e| fail("irsend", e))
+    }
+    /// `MPI_Irsend` with tag 0.
+    ///
+    /// # Safety
+    /// None in rsmpi; see [`Destination::ready_send_with_tag`].
+    #[allow(unsafe_code)]
+    unsafe fn immediate_ready_send<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (c, r) = self.rsmpi_destination();
+        immediate_send(&c, r, scope, buf, 0, SendMode::Ready).unwrap_or_else(|e| fail("irsend", e))
+    }
+}
+
+impl Destination for Process<'_> {
+    fn destination_rank(&self) -> Rank {
+        self.rank
+    }
+    fn rsmpi_destination(&self) -> (SimpleCommunicator, Rank) {
+        (self.comm, self.rank)
+    }
+}
+
+/// rsmpi's additions on a process: `try_` forms that return errors instead of
+/// aborting, and persistent requests.
+impl<'p> Process<'p> {
+    /// [`Destination::send_with_tag`] returning errors.
+    pub fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Standard)
+    }
+    /// [`Destination::ready_send_with_tag`] returning errors ([`Error::NoReceivePosted`]).
+    pub fn try_ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Ready)
+    }
+    /// [`Destination::buffered_send_with_tag`] returning errors.
+    pub fn try_buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
+        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Buffered)
+    }
+    /// [`Destination::synchronous_send_with_tag`] returning errors.
+    pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
+        &self,
+        buf: &B,
+        tag: Tag,
+    ) -> Result<()> {
+        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Synchronous)
+    }
+    /// Starts a send in any mode, returning errors instead of aborting.
+    pub fn try_immediate_send_with_tag<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+        &self,
+        scope: Sc,
+        buf: &'a B,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<Request<'a, B, Sc>> {
+        immediate_send(&self.comm, self.rank, scope, buf, tag, mode)
+    }
+    /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
+    /// [`Persistent::start`](crate::request::Persistent::start); update the data between
+    /// starts with [`Persistent::with_buffer`](crate::request::Persistent::with_buffer).
+    pub fn send_init<'s, B: BufferMut + ?Sized>(
+        &self,
+        scope: &'s crate::request::LocalScope<'s, '_>,
+        buf: &'s mut B,
+        tag: Tag,
+    ) -> crate::request::Persistent<'s> {
+        let dest = self
+            .comm
+            .check_rank(self.rank)
+            .and_then(|d| check_tag(tag).map(|_| d));
+        let dest = dest.unwrap_or_else(|e| fail("send_init", e));
+        let bytes = buf.rsmpi_direct().unwrap_or_else(|| {
+            fail(
+                "send_init",
+                Error::Type("a persistent send needs a buffer of plain values".into()),
+            )
+        });
+        let region = scope.lend_mut(bytes);
+        let ctx = self.comm.ctx;
+        let start = move || -> Result<Pending> {
+            let Some(dest) = dest else {
+                return Ok(done_pending(None));
+            };
+            let key = progress::with(|s| {
+                start_send(
+                    s,
+                    ctx,
+                    dest,
+                    tag,
+                    SendArg::Region(region),
+                    SendMode::Standard,
+                )
+            })?;
+            Ok(Pending::new(key, 0, 0, 0))
+        };
+        crate::request::Persistent {
+            start: Box::new(start),
+            active: None,
+            region,
+        }
+    }
+}
+
+/// rsmpi's additions on a source: `try_` forms and persistent receives.
+macro_rules! try_receives {
+    ($t:ident) => {
+        impl<'p> $t<'p> {
+            /// [`Source::receive_into`] returning errors (truncation, bad rank or tag).
+            pub fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status> {
+                let (c, s) = self.rsmpi_source();
+                blocking_recv(&c, s, None, buf)
+            }
+            /// [`Source::receive_into_with_tag`] returning errors.
+            pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
+                &self,
+                buf: &mut B,
+                tag: Tag,
+            ) -> Result<Status> {
+                let (c, s) = self.rsmpi_source();
+                blocking_recv(&c, s, Some(tag), buf)
+            }
+            /// [`Source::receive_vec`] returning errors.
+            pub fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status)> {
+                let (c, s) = self.rsmpi_source();
+                receive_vec(&c, s, None)
+            }
+            /// [`Source::probe_with_tag`] returning errors (`tag` `None` = any tag).
+            pub fn try_probe(&self, tag: Option<Tag>) -> Result<Status> {
+                let (c, s) = self.rsmpi_source();
+                probe(&c, s, tag)
+            }
+            /// [`Source::immediate_receive_into_with_tag`] returning errors (`tag` `None`
+            /// = any tag).
+            pub fn try_immediate_receive_into<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+                &self,
+                scope: Sc,
+                buf: &'a mut B,
+                tag: Option<Tag>,
+            ) -> Result<Request<'a, B, Sc>> {
+                let (c, s) = self.rsmpi_source();
+                immediate_recv(&c, s, scope, buf, tag)
+            }
+            /// A persistent receive into `buf` (`MPI_Recv_init`; `tag` `None` = any
+            /// tag); start it with [`Persistent::start`](crate::request::Persistent::start).
+            pub fn receive_init<'s, B: BufferMut + ?Sized>(
+                &self,
+                scope: &'s crate::request::LocalScope<'s, '_>,
+                buf: &'s mut B,
+                tag: Option<Tag>,
+            ) -> crate::request::Persistent<'s> {
+                let (c, s) = self.rsmpi_source();
+                let (src, tg) = match (source(&c, s), tagsel(tag)) {
+                    (Ok(s), Ok(t)) => (s, t),
+                    (Err(e), _) | (_, Err(e)) => fail("recv_init", e),
+                };
+                let elem = elem_of(buf);
+                let bytes = buf.rsmpi_direct().unwrap_or_else(|| {
+                    fail(
+                        "recv_init",
+                        Error::Type("a persistent receive needs a buffer of plain values".into()),
+                    )
+                });
+                let cap = bytes.len() as u64;
+                let region = scope.lend_mut(bytes);
+                let ctx = c.ctx;
+                let start = move || -> Result<Pending> {
+                    let Some(src) = src else {
+                        return Ok(done_pending(None));
+                    };
+                    let key =
+                        progress::with(|s| start_recv(s, ctx, src, tg, RecvDst::Region(region)))?;
+                    Ok(Pending::new(key, cap, elem, ctx))
+                };
+                crate::request::Persistent {
+                    start: Box::new(start),
+                    active: None,
+                    region,
+                }
+            }
+        }
+    };
+}
+try_receives!(Process);
+try_receives!(AnyProcess);
+
+/// A message taken by a matched probe; only this value can receive it
+/// (`mpi::point_to_point::Message`).
+#[derive(Debug)]
+#[must_use = "a matched message must be received"]
+pub struct Message {
+    id: Option<matching::MsgId>,
+    ctx: u32,
+}
+
+impl Message {
+    /// Whether the message came from `PROC_NULL` (`MPI_MESSAGE_NO_PROC`).
+    pub fn is_no_proc(&self) -> bool {
+        self.id.is_none()
+    }
+
+    /// Receives the message as one value (`MPI_Mrecv`).
+    pub fn matched_receive<Msg: Equivalence>(self) -> (Msg, Status) {
+        let mut v = Msg::rsmpi_zero();
+        let st = self.matched_receive_into(&mut v);
+        (v, st)
+    }
+
+    /// Receives the message into `buf` (`MPI_Mrecv`).
+    pub fn matched_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
+        self.try_receive_into(buf)
+            .unwrap_or_else(|e| fail("mrecv", e))
+    }
+
+    /// Same as [`Self::matched_receive_into`].
+    pub fn receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
+        self.matched_receive_into(buf)
+    }
+
+    /// Starts receiving the message into `buf` (`MPI_Imrecv`).
+    pub fn immediate_matched_receive_into<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+        self,
+        scope: Sc,
+        buf: &'a mut B,
+    ) -> Request<'a, B, Sc> {
+        let Some(id) = self.id else {
+            return Request::new(done_pending(None), Data::Shared(buf));
+        };
+        let (ctx, elem) = (self.ctx, elem_of(buf));
+        let start = |dst: RecvDst| {
+            progress::with(|s| -> Result<Key> {
+                let cap = dst.capacity(&s.regions) as u64;
+                let r = s.engine.mrecv(id, cap)?;
+                if let Some(region) = dst.region() {
+                    s.by_region.insert(region, Key::Recv(r));
+                }
+                s.recv_dst.insert(r, dst);
+                s.run_outputs();
+                Ok(Key::Recv(r))
+            })
+            .unwrap_or_else(|e| fail("imrecv", e))
+        };
+        if buf.rsmpi_direct().is_some() {
+            let loan = scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct"));
+            let cap = progress::with(|s| s.regions.len(loan.id()).unwrap_or(0)) as u64;
+            let key = start(RecvDst::Region(loan.id()));
+            return Request::new(Pending::new(key, cap, elem, ctx), Data::Loan(loan));
+        }
+        let cap = buf.rsmpi_capacity();
+        let key = start(RecvDst::Owned(vec![0; cap]));
+        Request::new(
+            Pending::new(key, cap as u64, elem, ctx),
+            Data::Unpack(buf, |b, d| b.rsmpi_unpack(d)),
+        )
+    }
+
+    /// [`Self::matched_receive_into`] returning errors.
+    pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
+        let Some(id) = self.id else {
+            return Ok(Status::proc_null());
+        };
+        let (ctx, elem) = (self.ctx, elem_of(buf));
+        let recv = |dst: RecvDst| {
+            progress::with(|s| -> Result<(Key, u64)> {
+                let cap = dst.capacity(&s.regions) as u64;
+                let r = s.engine.mrecv(id, cap)?;
+                if let Some(region) = dst.region() {
+                    s.by_region.insert(region, Key::Recv(r));
+                }
+                s.recv_dst.insert(r, dst);
+                s.run_outputs();
+                Ok((Key::Recv(r), cap))
+            })
+        };
+        if let Some(bytes) = buf.rsmpi_direct() {
+            return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
+                let (key, cap) = recv(RecvDst::Region(region))?;
+                crate::request::finish(progress::wait(key), cap, elem, ctx)
+            });
+        }
+        let (key, cap) = recv(RecvDst::Owned(vec![0; buf.rsmpi_capacity()]))?;
+        let st = crate::request::finish(progress::wait(key), cap, elem, ctx)?;
+        let data = progress::with(|s| s.owned_done.remove(&key)).unwrap_or_default();
+        buf.rsmpi_unpack(&data)?;
+        Ok(st)
+    }
+
+    fn receive_vec<T: Equivalence>(self, st: Status) -> Result<(Vec<T>, Status)> {
+        let size = crate::datatype::UserDatatype::of::<T>().size() as usize;
+        if size > 0 && st.len % size as u64 != 0 {
+            return Err(Error::Count { len: st.len, size });
+        }
+        let n = (st.len as usize).checked_div(size).unwrap_or(0);
+        let mut v: Vec<T> = (0..n).map(|_| T::rsmpi_zero()).collect();
+        let st = self.try_receive_into(&mut v[..])?;
+        Ok((v, st))
+    }
+}
+
+/// `(Message, Status).matched_receive_vec()` (`mpi::point_to_point::MatchedReceiveVec`).
+pub trait MatchedReceiveVec {
+    /// Receives the matched message into a vector of the right length.
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status);
+}
+
+impl MatchedReceiveVec for (Message, Status) {
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
+        let (m, st) = self;
+        m.receive_vec(st).unwrap_or_else(|e| fail("mrecv", e))
+    }
+}
+
+/// A receive of one value into the library's own buffer
+/// (`mpi::point_to_point::ReceiveFuture`).
+#[must_use = "a receive future must be completed with get"]
+pub struct ReceiveFuture<T> {
+    pending: Pending,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Equivalence> ReceiveFuture<T> {
+    fn start(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Result<Self> {
+        let (src, tag) = (source(comm, src)?, tagsel(tag)?);
+        let size = crate::datatype::UserDatatype::of::<T>().size() as usize;
+        let pending = match src {
+            None => done_pending(None),
+            Some(src) => {
+                let ctx = comm.ctx;
+                let key = progress::with(|s| {
+                    start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; size]))
+                })?;
+                Pending::new(key, size as u64, size, ctx)
+            }
+        };
+        Ok(ReceiveFuture {
+            pending,
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    fn complete(self, d: progress::Done) -> (T, Status) {
+        let p = self.pending;
+        let st = crate::request::finish(d, p.capacity, p.elem, p.ctx)
+            .unwrap_or_else(|e| fail("wait", e));
+        let mut v = T::rsmpi_zero();
+        if let Some(b) = progress::with(|s| s.owned_done.remove(&p.key)) {
+            T::rsmpi_unpack(std::slice::from_mut(&mut v), &b);
+        }
+        (v, st)
+    }
+
+    /// Waits for the value.
+    pub fn get(self) -> (T, Status) {
+        let d = progress::wait(self.pending.key);
+        self.complete(d)
+    }
+
+    /// The value if it arrived, else the future.
+    pub fn r#try(self) -> std::result::Result<(T, Status), Self> {
+        match progress::test(self.pending.key) {
+            Some(d) => Ok(self.complete(d)),
+            None => Err(self),
+        }
+    }
+}
+
+fn same_comm<D: Destination + ?Sized, S: Source + ?Sized>(d: &D, s: &S) -> SimpleCommunicator {
+    let (dc, sc) = (d.rsmpi_destination().0, s.rsmpi_source().0);
+    assert_eq!(
+        dc.relation_to(&sc),
+        CommunicatorRelation::Identical,
+        "rsmpi: send_receive: source and destination must be of one communicator"
+    );
+    dc
+}
+
+/// `MPI_Sendrecv` of one value each way, with tags.
+pub fn send_receive_with_tags<M, D, R, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    let mut r = R::rsmpi_zero();
+    let st = send_receive_into_with_tags(msg, destination, sendtag, &mut r, source, receivetag);
+    (r, st)
+}
+
+/// `MPI_Sendrecv` of one value each way (send tag 0, any receive tag).
+pub fn send_receive<R, M, D, S>(msg: &M, destination: &D, source: &S) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    let mut r = R::rsmpi_zero();
+    let st = send_receive_into(msg, destination, &mut r, source);
+    (r, st)
+}
+
+fn sendrecv<M, B, D, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    buf: &mut B,
+    source: &S,
+    tag: Option<Tag>,
+) -> Status
+where
+    M: Buffer + ?Sized,
+    B: BufferMut + ?Sized,
+    D: Destination + ?Sized,
+    S: Source + ?Sized,
+{
+    let comm = same_comm(destination, source);
+    let (_, src) = source.rsmpi_source();
+    let dest = destination.rsmpi_destination().1;
+    crate::request::scope(|sc| {
+        let r = immediate_recv(&comm, src, sc, buf, tag).unwrap_or_else(|e| fail("sendrecv", e));
+        blocking_send(&comm, dest, msg, sendtag, SendMode::Standard)
+            .unwrap_or_else(|e| fail("sendrecv", e));
+        r.wait()
+    })
+}
+
+/// `MPI_Sendrecv` into a buffer, with tags.
+pub fn send_receive_into_with_tags<M, D, B, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    buf: &mut B,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    sendrecv(msg, destination, sendtag, buf, source, Some(receivetag))
+}
+
+/// `MPI_Sendrecv` into a buffer (send tag 0, any receive tag).
+pub fn send_receive_into<M, D, B, S>(msg: &M, destination: &D, buf: &mut B, source: &S) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    sendrecv(msg, destination, 0, buf, source, None)
+}
+
+/// `MPI_Sendrecv_replace`, with tags.
+pub fn send_receive_replace_into_with_tags<B, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> Status
+where
+    B: Buffer + BufferMut + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let out = Buffer::rsmpi_send(buf)
+        .unwrap_or_else(|e| fail("sendrecv", e))
+        .into_owned();
+    sendrecv(
+        &out[..],
+        destination,
+        sendtag,
+        buf,
+        source,
+        Some(receivetag),
+    )
+}
+
+/// `MPI_Sendrecv_replace` (send tag 0, any receive tag).
+pub fn send_receive_replace_into<B, D, S>(buf: &mut B, destination: &D, source: &S) -> Status
+where
+    B: Buffer + BufferMut + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let out = Buffer::rsmpi_send(buf)
+        .unwrap_or_else(|e| fail("sendrecv", e))
+        .into_owned();
+    sendrecv(&out[..], destination, 0, buf, source, None)
+}
+
+impl SimpleCommunicator {
+    pub(crate) fn relation_to(&self, other: &SimpleCommunicator) -> CommunicatorRelation {
+        Communicator::compare(self, other)
+    }
+}
