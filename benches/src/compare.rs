@@ -2,8 +2,6 @@
 //! Open MPI and MPICH and runs it with the same methodology.
 
 use crate::report::Row;
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! (`process_vm_readv`, the single-copy path of rendezvous and one-sided writes).
 
 use crate::report::Row;
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -15,7 +15,6 @@
 //! (`rsmpirun -n 2 rsmpi-bench latency`), it runs the benchmark as it is and rank 0
 //! prints the table.
 
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 mod compare;
 mod limits;

@@ -6,8 +6,6 @@
 use crate::report::Row;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 
 /// Where a sans-serif TrueType font is looked for (Debian's fonts-dejavu-core first).
 pub const FONTS: &[&str] = &[

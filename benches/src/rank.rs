@@ -2,7 +2,6 @@
 //! the rows.
 
 use crate::report::Row;
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{request, Process, SimpleCommunicator, Universe};
 use std::hint::black_box;

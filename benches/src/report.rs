@@ -1,7 +1,5 @@
 //! Result rows, OSU-style text tables, JSON output and the ratio columns.
 
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

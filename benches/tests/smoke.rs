@@ -81,3 +81,56 @@ fn json_rows_have_every_field() {
         "{text}"
     );
 }
+
+#[test]
+fn collectives_report_avg_min_max_per_rank_count() {
+    let dir = std::env::temp_dir().join(format!("rsmpi-bench-coll-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("rows.json");
+    for (bench, sizes) in [
+        ("allreduce", vec![4u64, 8, 16, 32, 64]),
+        ("barrier", vec![0]),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rsmpi-bench"))
+            .args([
+                bench,
+                "--quick",
+                "--max-size",
+                "64",
+                "--ranks",
+                "2,3",
+                "--timeout",
+                "60",
+                "--json",
+            ])
+            .arg(&json)
+            .env_remove("RSMPI_RANK")
+            .output()
+            .expect("run rsmpi-bench");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{bench}: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains(&format!("{bench} (3 ranks)")), "{stdout}");
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        for ranks in [2u64, 3] {
+            for metric in ["", "min", "max"] {
+                let got: Vec<u64> = rows
+                    .iter()
+                    .filter(|r| r["ranks"] == ranks && r["metric"] == metric)
+                    .map(|r| {
+                        let v = r["value"].as_f64().unwrap();
+                        assert!(v > 0.0 && v.is_finite(), "{r}");
+                        r["size"].as_u64().unwrap()
+                    })
+                    .collect();
+                assert_eq!(got, sizes, "{bench} {ranks} ranks {metric:?}: {rows:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,7 +2,6 @@
 //! class, and the job and the other messages are unaffected.
 
 use crate::{pattern, Case};
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{request, Error, ErrorClass, Universe, PROC_NULL};
 

@@ -2,7 +2,6 @@
 //! bounded remote writes, the job secret).
 
 use crate::{launch, pattern, scratch, shm_entries, Case, Ctx, ENV_SCRATCH};
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{request, Universe};
 use std::collections::HashMap;

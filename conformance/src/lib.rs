@@ -13,13 +13,12 @@
 //! transport and mode.
 #![forbid(unsafe_code)]
 
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub mod bad_input;
+pub mod collectives;
 pub mod faults;
 pub mod semantics;
 pub mod soak;
@@ -111,6 +110,7 @@ impl Case {
 pub fn all() -> Vec<Case> {
     let mut v = semantics::cases();
     v.extend(bad_input::cases());
+    v.extend(collectives::cases());
     v.extend(faults::cases());
     v.extend(soak::cases());
     v
@@ -138,7 +138,16 @@ pub fn rank_main(name: &str) {
     }
     let u = rsmpi::try_initialize().expect("rsmpi::initialize");
     body(u);
+    // the body returned (and finalized): this rank passed
+    if let (Ok(dir), Ok(r)) = (std::env::var(ENV_DONE), std::env::var(launcher::ENV_RANK)) {
+        std::fs::write(Path::new(&dir).join(format!("done.{r}")), b"").expect("done marker");
+    }
 }
+
+/// Environment variable naming the directory where each rank of a job case marks that
+/// its body returned: a job passes only if every rank did, whatever the launcher's
+/// status (which has been seen to be 0 for a job whose ranks all aborted at once).
+pub const ENV_DONE: &str = "CONFORMANCE_DONE";
 
 /// Environment variable naming a scratch directory for a job (pid files, markers).
 pub const ENV_SCRATCH: &str = "CONFORMANCE_SCRATCH";
@@ -164,11 +173,22 @@ pub fn run_case(ctx: &Ctx, case: &Case) -> Result<(), String> {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .map_or(case.timeout, Duration::from_secs);
-            let j = job_for(ctx, case.name, ranks, limit);
+            let mut j = job_for(ctx, case.name, ranks, limit);
+            let done = scratch(case.name);
+            j.env.push((ENV_DONE.into(), done.clone().into_os_string()));
             let t = Instant::now();
-            let code = launcher::run(&j).map_err(|e| format!("launch failed: {e}"))?;
-            match code {
-                0 => Ok(()),
+            let code = launcher::run(&j).map_err(|e| format!("launch failed: {e}"));
+            let finished = (0..ranks)
+                .filter(|r| done.join(format!("done.{r}")).exists())
+                .count();
+            let _ = std::fs::remove_dir_all(&done);
+            match code? {
+                0 if finished == ranks as usize => Ok(()),
+                0 => Err(format!(
+                    "{} ({}): job exited with status 0 but only {finished} of {ranks} ranks finished their body",
+                    case.name,
+                    ctx.matching.env()
+                )),
                 launcher::TIMEOUT_STATUS => Err(format!(
                     "{} ({}): timed out after {:.1} s (hang?)",
                     case.name,

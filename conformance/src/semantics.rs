@@ -2,7 +2,6 @@
 //! checks. Section numbers refer to the MPI-1.3 / MPI-3.1 standard, chapter 3.
 
 use crate::{pattern, Case};
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{request, Error, ErrorClass, SimpleCommunicator, Status, Universe, PROC_NULL};
 use std::time::{Duration, Instant};

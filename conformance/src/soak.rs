@@ -16,7 +16,6 @@
 //!   matches it, *a* must have been taken by a receive posted earlier).
 
 use crate::{Case, Ctx, Matching};
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{request, Rank, Universe};
 use std::time::{Duration, Instant};

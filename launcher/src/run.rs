@@ -556,5 +556,28 @@ fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalG
         }
         std::thread::sleep(POLL);
     }
-    result.unwrap_or(0)
+    if let Some(code) = result {
+        return code;
+    }
+    // every rank ended before an abort had settled (all ranks failing at once): the
+    // job still failed
+    if let Some(a) = server.abort_request() {
+        report!(
+            "rsmpirun: rank {} called abort with code {}: {}",
+            a.rank,
+            a.code,
+            a.msg
+        );
+        return a.code;
+    }
+    match failed_so_far
+        .iter()
+        .max_by_key(|(r, st)| (status_code(*st), std::cmp::Reverse(*r)))
+    {
+        Some(&(rank, st)) => {
+            report!("{}", describe(rank, st));
+            status_code(st)
+        }
+        None => 0,
+    }
 }

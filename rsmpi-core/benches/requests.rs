@@ -14,7 +14,6 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rsmpi::request;
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use std::hint::black_box;
 

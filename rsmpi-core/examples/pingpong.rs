@@ -7,7 +7,6 @@
 //! `rsmpirun -n 2` it runs as it is. `--max-size BYTES` and `--iters N` tune it.
 
 use rsmpi::request;
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use std::time::Instant;
 

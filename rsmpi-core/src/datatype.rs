@@ -454,6 +454,12 @@ pub trait Equivalence: Sized {
     /// A value to receive into (all zero).
     #[doc(hidden)]
     fn rsmpi_zero() -> Self;
+    /// Bytes of one value's type signature (on the message path: no allocation for
+    /// the basic types).
+    #[doc(hidden)]
+    fn rsmpi_sig_size() -> usize {
+        Self::equivalent_datatype().type_map().size() as usize
+    }
     /// The values' bytes, when they are exactly their type signature (no padding).
     #[doc(hidden)]
     fn rsmpi_bytes(_s: &[Self]) -> Option<&[u8]> {
@@ -493,6 +499,9 @@ macro_rules! equivalence {
             fn rsmpi_zero() -> Self {
                 0 as $t
             }
+            fn rsmpi_sig_size() -> usize {
+                std::mem::size_of::<$t>()
+            }
             fn rsmpi_bytes(s: &[Self]) -> Option<&[u8]> {
                 Some(bytemuck::cast_slice(s))
             }
@@ -530,6 +539,9 @@ impl Equivalence for bool {
     }
     fn rsmpi_zero() -> Self {
         false
+    }
+    fn rsmpi_sig_size() -> usize {
+        1
     }
     fn rsmpi_bytes(s: &[Self]) -> Option<&[u8]> {
         Some(bytemuck::cast_slice(s))
@@ -585,7 +597,7 @@ equivalence_tuple! {
 
 /// Byte size of one value's type signature.
 fn sig_size<T: Equivalence>() -> usize {
-    T::equivalent_datatype().type_map().size() as usize
+    T::rsmpi_sig_size()
 }
 
 /// `mpi::datatype::Collection`: how many elements a buffer holds.
@@ -690,6 +702,12 @@ macro_rules! buffers {
             }
             fn rsmpi_count(&self) -> usize {
                 $s(self).len()
+            }
+            fn rsmpi_elem_check(&self) -> usize {
+                T::rsmpi_sig_size()
+            }
+            fn rsmpi_capacity(&self) -> usize {
+                T::rsmpi_sig_size() * $s(self).len()
             }
         }
         impl<$($g)*> Collection for $t {

@@ -980,7 +980,7 @@ impl Message {
     }
 
     fn receive_vec<T: Equivalence>(self, st: Status) -> Result<(Vec<T>, Status)> {
-        let size = crate::datatype::UserDatatype::of::<T>().size() as usize;
+        let size = T::rsmpi_sig_size();
         if size > 0 && st.len % size as u64 != 0 {
             return Err(Error::Count { len: st.len, size });
         }
@@ -1015,7 +1015,7 @@ pub struct ReceiveFuture<T> {
 impl<T: Equivalence> ReceiveFuture<T> {
     fn start(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Result<Self> {
         let (src, tag) = (source(comm, src)?, tagsel(tag)?);
-        let size = crate::datatype::UserDatatype::of::<T>().size() as usize;
+        let size = T::rsmpi_sig_size();
         let pending = match src {
             None => done_pending(None),
             Some(src) => {

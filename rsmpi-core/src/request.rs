@@ -140,8 +140,9 @@ pub(crate) enum Data<'a, D: ?Sized> {
 pub struct Request<'a, D: ?Sized = (), S = StaticScope> {
     pub(crate) pending: Pending,
     pub(crate) data: Data<'a, D>,
-    /// The user reduction of an immediate collective, lent at each wait or test.
-    pub(crate) coll_op: Option<Box<crate::collective::ops::Reducer<'a>>>,
+    /// An immediate collective's last step, run on its result when it completes (the
+    /// rank-order reduction of a user operation).
+    pub(crate) coll_post: Option<Box<crate::collective::PostFn<'a>>>,
     pub(crate) _scope: PhantomData<S>,
 }
 
@@ -158,7 +159,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         Request {
             pending,
             data,
-            coll_op: None,
+            coll_post: None,
             _scope: PhantomData,
         }
     }
@@ -168,7 +169,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         Request {
             pending: self.pending,
             data: self.data,
-            coll_op: self.coll_op,
+            coll_post: self.coll_post,
             _scope: PhantomData,
         }
     }
@@ -200,25 +201,8 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         self.complete(d).0
     }
 
-    /// Lends a collective's user operation to its execution (see `collective::exec`).
-    pub(crate) fn poke(&self) {
-        if let Some(f) = &self.coll_op {
-            progress::with(|s| crate::collective::exec::advance_with(s, self.pending.key, f));
-        }
-    }
-
     fn wait_done(&self) -> Done {
-        if self.coll_op.is_none() {
-            return progress::wait(self.pending.key);
-        }
-        let mut b = progress::Backoff::new();
-        loop {
-            self.poke();
-            if let Some(d) = progress::test(self.pending.key) {
-                return d;
-            }
-            b.idle();
-        }
+        progress::wait(self.pending.key)
     }
 
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
@@ -231,7 +215,6 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     where
         D: 'a,
     {
-        self.poke();
         match progress::test(self.pending.key) {
             Some(d) => {
                 let (st, data) = self.complete(d);
@@ -257,15 +240,25 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
             self.pending.ctx,
         );
         let data = match self.data {
-            Data::Shared(d) => Some(d),
+            Data::Shared(d) => {
+                if let Key::Coll(_) = self.pending.key {
+                    // a collective's result this rank does not take (a non-root)
+                    progress::with(|s| s.owned_done.remove(&self.pending.key));
+                }
+                Some(d)
+            }
             Data::Loan(l) => {
                 let d: &'a D = l.reclaim();
                 Some(d)
             }
             Data::Unpack(d, unpack) => {
                 let bytes = progress::with(|s| s.owned_done.remove(&self.pending.key));
-                if let (Ok(_), Some(b)) = (&st, bytes) {
-                    if let Err(e) = unpack(d, &b) {
+                if let (Ok(_), Some(mut b)) = (&st, bytes) {
+                    let done = match &self.coll_post {
+                        Some(post) => post(&mut b),
+                        None => Ok(()),
+                    };
+                    if let Err(e) = done.and_then(|_| unpack(d, &b)) {
                         return (Err(e), Some(d));
                     }
                 }
@@ -428,9 +421,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     fn take_done(&mut self, i: usize) -> Option<(usize, Status, &'a D)> {
-        let r = self.requests[i].as_ref()?;
-        r.poke();
-        let key = r.pending.key;
+        let key = self.requests[i].as_ref()?.pending.key;
         let d = progress::with(|s| s.done.remove(&key))?;
         let r = self.requests[i].take().expect("active");
         let (st, data) = r.complete(d);
@@ -495,7 +486,6 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// and returns true; otherwise changes nothing and returns false.
     pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
         result.clear();
-        self.requests.iter().flatten().for_each(Request::poke);
         progress_once();
         let all = progress::with(|s| {
             self.requests
@@ -522,7 +512,6 @@ pub fn wait_any<'a, D: ?Sized, S>(
     }
     let mut backoff = progress::Backoff::new();
     loop {
-        requests.iter().for_each(Request::poke);
         progress_once();
         let hit = progress::with(|s| {
             requests
@@ -545,9 +534,7 @@ pub fn wait_any<'a, D: ?Sized, S>(
 /// Finishes request `i` of a slice if it completed; inactive (`None`) entries are
 /// skipped, finished ones become `None` (`MPI_REQUEST_NULL`).
 fn poll_one<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>], i: usize) -> Option<Status> {
-    let r = reqs[i].as_ref()?;
-    r.poke();
-    let key = r.pending.key;
+    let key = reqs[i].as_ref()?.pending.key;
     let d = progress::with(|s| s.done.remove(&key))?;
     let r = reqs[i].take().expect("active");
     Some(
@@ -629,7 +616,6 @@ pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 pub fn test_all<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<Vec<Option<Status>>> {
-    reqs.iter().flatten().for_each(Request::poke);
     progress_once();
     let all = progress::with(|s| {
         reqs.iter()

@@ -2,7 +2,6 @@
 //! started by the launcher (`launcher::run`), with the test's own name as filter.
 
 use rsmpi::request;
-#[allow(unused_imports)]
 use rsmpi::traits::*;
 use rsmpi::{Error, ErrorClass};
 use std::time::{Duration, Instant};

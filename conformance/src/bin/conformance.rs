@@ -11,8 +11,6 @@
 #![forbid(unsafe_code)]
 
 use conformance::{Ctx, Matching, TRANSPORTS};
-#[allow(unused_imports)]
-use rsmpi::traits::*;
 use std::time::Instant;
 
 fn main() {

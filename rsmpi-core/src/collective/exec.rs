@@ -6,8 +6,10 @@
 //! collectives in flight at once never match each other's messages, and none matches
 //! user traffic (another context). Executions live in the library state and move
 //! forward inside every progress call (so an immediate collective progresses while its
-//! caller blocks elsewhere), except at a reduction step with a user operation: that
-//! closure is only lent by the caller's wait or test, so such a schedule waits there.
+//! caller blocks elsewhere). A user operation is a closure the caller only lends for
+//! the length of a blocking collective (`advance_with`); immediate collectives with a
+//! user operation therefore gather and reduce when their request completes
+//! (`collective::defer_user`), so no schedule ever waits for a closure.
 
 use super::ops::{apply_system, Reducer, SysOp};
 use crate::datatype::Prim;

@@ -99,14 +99,15 @@ fn run(
 /// An immediate collective's request: `data` gets the result when it completes.
 fn request<'a, D: ?Sized, Sc>(
     comm: &SimpleCommunicator,
-    sched: Schedule,
-    input: Vec<u8>,
-    op: Prepared<'a>,
+    p: Plan<'a>,
+    post: Option<Box<PostFn<'a>>>,
     data: Data<'a, D>,
 ) -> Result<Request<'a, D, Sc>> {
-    let key = start(comm, sched, input, op.0)?;
+    // user operations of immediate collectives run in `post` (see `defer_user`)
+    debug_assert!(p.op.1.is_none(), "an immediate collective lends no reducer");
+    let key = start(comm, p.sched, p.input, p.op.0)?;
     let mut r = Request::new(Pending::new(key, 0, 0, comm.ctx), data);
-    r.coll_op = op.1;
+    r.coll_post = post;
     Ok(r)
 }
 
@@ -279,7 +280,16 @@ fn plan_reduction<'a, S: Buffer + ?Sized, O: Operation + 'a>(
     build: impl FnOnce(usize, usize, bool) -> Schedule,
 ) -> Result<Plan<'a>> {
     let input = s.rsmpi_send()?.into_owned();
-    let dt = s.rsmpi_datatype().into_owned();
+    plan_reduction_of(input, s.rsmpi_datatype().into_owned(), op, build)
+}
+
+/// A reduction of `input` (packed elements of `dt`).
+fn plan_reduction_of<'a, O: Operation + 'a>(
+    input: Vec<u8>,
+    dt: UserDatatype,
+    op: O,
+    build: impl FnOnce(usize, usize, bool) -> Schedule,
+) -> Result<Plan<'a>> {
     let e = elem(&dt);
     let commutative = op.is_commutative();
     let op = ops::prepare(op, dt)?;
@@ -289,6 +299,96 @@ fn plan_reduction<'a, S: Buffer + ?Sized, O: Operation + 'a>(
         op,
     })
 }
+
+/// The in-place forms: `buf` is this rank's contribution.
+fn plan_in_place<'a, R: BufferMut + ?Sized, O: Operation + 'a>(
+    buf: &mut R,
+    op: O,
+    build: impl FnOnce(usize, usize, bool) -> Schedule,
+) -> Result<Plan<'a>> {
+    let input = buf.rsmpi_read()?;
+    plan_reduction_of(input, buf.rsmpi_datatype().into_owned(), op, build)
+}
+
+/// Which reduction an immediate collective with a user operation is.
+#[derive(Clone, Copy)]
+enum Deferred {
+    AllReduce,
+    Reduce(u32),
+    Scan,
+    Exscan,
+    ReduceScatterBlock,
+}
+
+/// An immediate reduction with a user operation gathers the contributions and reduces
+/// them in rank order when its request completes: the user's closure is borrowed by
+/// the request, and a schedule that needed it halfway could not move on while its
+/// caller waits for another request (ranks may complete immediate collectives in
+/// different orders, MPI-3.1 §5.12). Predefined operations keep the tree schedules.
+fn defer_user<'a>(
+    c: &SimpleCommunicator,
+    p: Plan<'a>,
+    kind: Deferred,
+) -> (Plan<'a>, Option<Box<PostFn<'a>>>) {
+    let Plan {
+        sched,
+        input,
+        op: (kind_op, reducer),
+    } = p;
+    let (ExecOp::User, Some(reduce)) = (&kind_op, reducer) else {
+        return (
+            Plan {
+                sched,
+                input,
+                op: (kind_op, None),
+            },
+            None,
+        );
+    };
+    let p = Plan {
+        sched,
+        input,
+        op: no_op(),
+    };
+    let (rank, size) = me(c);
+    let (n, len) = (size as usize, p.input.len());
+    let sched = match kind {
+        Deferred::AllReduce | Deferred::Scan | Deferred::Exscan => {
+            rsmpi_coll::allgather(rank, size, len)
+        }
+        Deferred::Reduce(root) => rsmpi_coll::gather(rank, size, root, len),
+        Deferred::ReduceScatterBlock => rsmpi_coll::alltoall(rank, size, len / n),
+    };
+    // the blocks to fold, in rank order
+    let (block, upto) = match kind {
+        Deferred::AllReduce | Deferred::Reduce(_) => (len, n),
+        Deferred::Scan => (len, rank as usize + 1),
+        Deferred::Exscan => (len, rank as usize),
+        Deferred::ReduceScatterBlock => (len / n, n),
+    };
+    let post = move |g: &mut Vec<u8>| -> Result<()> {
+        if g.is_empty() || upto == 0 {
+            g.clear();
+            return Ok(());
+        }
+        // x_0 op (x_1 op (… op x_{upto-1})): `reduce` computes inout = in op inout
+        let mut acc = g[(upto - 1) * block..upto * block].to_vec();
+        for i in (0..upto - 1).rev() {
+            reduce(&g[i * block..(i + 1) * block], &mut acc)?;
+        }
+        *g = acc;
+        Ok(())
+    };
+    let plan = Plan {
+        sched,
+        input: p.input,
+        op: no_op(),
+    };
+    (plan, Some(Box::new(post)))
+}
+
+/// Turns the gathered bytes of a deferred reduction into its result.
+pub(crate) type PostFn<'a> = dyn Fn(&mut Vec<u8>) -> Result<()> + 'a;
 
 fn plan_bcast<B: BufferMut + ?Sized>(
     c: &SimpleCommunicator,
@@ -455,13 +555,26 @@ fn into_request<'a, R: BufferMut + ?Sized + 'a, Sc>(
     p: Plan<'a>,
     r: &'a mut R,
 ) -> Result<Request<'a, R, Sc>> {
-    request(
-        c,
-        p.sched,
-        p.input,
-        p.op,
-        Data::Unpack(r, |r, b| if b.is_empty() { Ok(()) } else { unpack(r, b) }),
-    )
+    request(c, p, None, Data::Unpack(r, unpack_nonempty))
+}
+
+fn unpack_nonempty<R: BufferMut + ?Sized>(r: &mut R, b: &[u8]) -> Result<()> {
+    if b.is_empty() {
+        Ok(())
+    } else {
+        unpack(r, b)
+    }
+}
+
+/// The request of an immediate reduction into `r`.
+fn reduction_request<'a, R: BufferMut + ?Sized + 'a, Sc>(
+    c: &SimpleCommunicator,
+    p: Plan<'a>,
+    kind: Deferred,
+    r: &'a mut R,
+) -> Result<Request<'a, R, Sc>> {
+    let (p, post) = defer_user(c, p, kind);
+    request(c, p, post, Data::Unpack(r, unpack_nonempty))
 }
 
 fn into_request_blocks<'a, R: PartitionedBufferMut + ?Sized + 'a, Sc>(
@@ -469,13 +582,7 @@ fn into_request_blocks<'a, R: PartitionedBufferMut + ?Sized + 'a, Sc>(
     p: Plan<'a>,
     r: &'a mut R,
 ) -> Result<Request<'a, R, Sc>> {
-    request(
-        c,
-        p.sched,
-        p.input,
-        p.op,
-        Data::Unpack(r, |r, b| unpack_blocks(r, b)),
-    )
+    request(c, p, None, Data::Unpack(r, |r, b| unpack_blocks(r, b)))
 }
 
 fn send_only_request<'a, S: ?Sized + 'a, Sc>(
@@ -483,7 +590,7 @@ fn send_only_request<'a, S: ?Sized + 'a, Sc>(
     p: Plan<'a>,
     s: &'a S,
 ) -> Result<Request<'a, S, Sc>> {
-    request(c, p.sched, p.input, p.op, Data::Shared(s))
+    request(c, p, None, Data::Shared(s))
 }
 
 /// Collectives every rank of a communicator calls
@@ -597,15 +704,9 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
-            let mine = buf.rsmpi_read()?;
-            let p = plan_reduction(&mine[..], op, |len, e, com| {
+            let p = plan_in_place(buf, op, |len, e, com| {
                 rsmpi_coll::allreduce(rank, size, len, e, com)
             })?;
-            let dt = buf.rsmpi_datatype().into_owned();
-            let p = Plan {
-                op: retype(p.op, &dt)?,
-                ..p
-            };
             finish_into(&c, p, buf)
         };
         f().unwrap_or_else(|e| fail("all_reduce", e))
@@ -683,13 +784,7 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
-            let mine = buf.rsmpi_read()?;
-            let p = plan_reduction(&mine[..], op, |len, _, _| rsmpi_coll::scan(rank, size, len))?;
-            let dt = buf.rsmpi_datatype().into_owned();
-            let p = Plan {
-                op: retype(p.op, &dt)?,
-                ..p
-            };
+            let p = plan_in_place(buf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))?;
             finish_into(&c, p, buf)
         };
         f().unwrap_or_else(|e| fail("scan", e))
@@ -717,14 +812,12 @@ pub trait CommunicatorCollectives: Communicator {
     fn immediate_barrier(&self) -> Request<'static, (), StaticScope> {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        request(
-            &c,
-            rsmpi_coll::barrier(rank, size),
-            Vec::new(),
-            no_op(),
-            Data::Shared(&()),
-        )
-        .unwrap_or_else(|e| fail("ibarrier", e))
+        let p = Plan {
+            sched: rsmpi_coll::barrier(rank, size),
+            input: Vec::new(),
+            op: no_op(),
+        };
+        request(&c, p, None, Data::Shared(&())).unwrap_or_else(|e| fail("ibarrier", e))
     }
 
     /// `MPI_Iallgather`.
@@ -825,7 +918,7 @@ pub trait CommunicatorCollectives: Communicator {
         })
         .and_then(|p| {
             fits(p.input.len(), recvbuf.rsmpi_capacity())?;
-            into_request(&c, p, recvbuf)
+            reduction_request(&c, p, Deferred::AllReduce, recvbuf)
         })
         .unwrap_or_else(|e| fail("iallreduce", e))
     }
@@ -853,7 +946,7 @@ pub trait CommunicatorCollectives: Communicator {
             })?;
             check_split(p.input.len(), size)?;
             fits(p.input.len() / size as usize, recvbuf.rsmpi_capacity())?;
-            into_request(&c, p, recvbuf)
+            reduction_request(&c, p, Deferred::ReduceScatterBlock, recvbuf)
         };
         f().unwrap_or_else(|e| fail("ireduce_scatter_block", e))
     }
@@ -878,7 +971,7 @@ pub trait CommunicatorCollectives: Communicator {
         plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
-                into_request(&c, p, recvbuf)
+                reduction_request(&c, p, Deferred::Scan, recvbuf)
             })
             .unwrap_or_else(|e| fail("iscan", e))
     }
@@ -903,7 +996,7 @@ pub trait CommunicatorCollectives: Communicator {
         plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::exscan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
-                into_request(&c, p, recvbuf)
+                reduction_request(&c, p, Deferred::Exscan, recvbuf)
             })
             .unwrap_or_else(|e| fail("iexscan", e))
     }
@@ -918,20 +1011,6 @@ fn check_split(len: usize, size: u32) -> Result<()> {
         )))
     } else {
         Ok(())
-    }
-}
-
-/// The in-place forms plan with a byte slice as the send buffer; the reduction must
-/// see the user's datatype.
-fn retype<'a>(op: Prepared<'a>, dt: &UserDatatype) -> Result<Prepared<'a>> {
-    match op.0 {
-        ExecOp::System(s, _) => {
-            let p = dt.prim().ok_or_else(|| {
-                Error::Type("a predefined reduction needs a datatype made of one basic type".into())
-            })?;
-            Ok((ExecOp::System(s, p), None))
-        }
-        other => Ok((other, op.1)),
     }
 }
 
@@ -1083,15 +1162,9 @@ pub trait Root: AsCommunicator {
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let root = check_root(&c, root)?;
-            let mine = buf.rsmpi_read()?;
-            let p = plan_reduction(&mine[..], op, |len, e, com| {
+            let p = plan_in_place(buf, op, |len, e, com| {
                 rsmpi_coll::reduce(rank, size, root, len, e, com)
             })?;
-            let dt = buf.rsmpi_datatype().into_owned();
-            let p = Plan {
-                op: retype(p.op, &dt)?,
-                ..p
-            };
             finish_into(&c, p, buf)
         };
         f().unwrap_or_else(|e| fail("reduce", e))
@@ -1273,11 +1346,13 @@ pub trait Root: AsCommunicator {
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
-                plan_reduction(sendbuf, op, |len, e, com| {
+                let p = plan_reduction(sendbuf, op, |len, e, com| {
                     rsmpi_coll::reduce(rank, size, root, len, e, com)
-                })
+                })?;
+                // the root reduces a deferred user operation; here nothing is left
+                let (p, _) = defer_user(&c, p, Deferred::Reduce(root));
+                send_only_request(&c, p, sendbuf)
             })
-            .and_then(|p| send_only_request(&c, p, sendbuf))
             .unwrap_or_else(|e| fail("ireduce", e))
     }
 
@@ -1300,13 +1375,11 @@ pub trait Root: AsCommunicator {
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
-                plan_reduction(sendbuf, op, |len, e, com| {
+                let p = plan_reduction(sendbuf, op, |len, e, com| {
                     rsmpi_coll::reduce(rank, size, root, len, e, com)
-                })
-            })
-            .and_then(|p| {
+                })?;
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
-                into_request(&c, p, recvbuf)
+                reduction_request(&c, p, Deferred::Reduce(root), recvbuf)
             })
             .unwrap_or_else(|e| fail("ireduce", e))
     }
