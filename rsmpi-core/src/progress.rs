@@ -489,7 +489,9 @@ impl State {
                             self.send_src.remove(&send);
                         }
                         Some(SendSrc::Packed(_)) => {
-                            self.send_src.remove(&send);
+                            if let Some(SendSrc::Packed(v)) = self.send_src.remove(&send) {
+                                self.colls.pool.give(v);
+                            }
                         }
                         _ => {}
                     }

@@ -258,7 +258,9 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
                         Some(post) => post(&mut b),
                         None => Ok(()),
                     };
-                    if let Err(e) = done.and_then(|_| unpack(d, &b)) {
+                    let res = done.and_then(|_| unpack(d, &b));
+                    progress::with(|s| s.colls.pool.give(b));
+                    if let Err(e) = res {
                         return (Err(e), Some(d));
                     }
                 }

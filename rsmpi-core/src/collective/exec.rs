@@ -4,12 +4,17 @@
 //! Every collective call takes the next sequence number of its communicator (all ranks
 //! call collectives in the same order, so they agree) and uses it as its tag, so
 //! collectives in flight at once never match each other's messages, and none matches
-//! user traffic (another context). Executions live in the library state and move
-//! forward inside every progress call (so an immediate collective progresses while its
-//! caller blocks elsewhere). A user operation is a closure the caller only lends for
-//! the length of a blocking collective (`advance_with`); immediate collectives with a
-//! user operation therefore gather and reduce when their request completes
+//! user traffic (another context). Immediate collectives live in the library state and
+//! move forward inside every progress call (so one progresses while its caller blocks
+//! elsewhere); a blocking collective runs in its caller's frame, which also drives the
+//! progress of everything else. A user operation is a closure the caller only lends
+//! for the length of a blocking collective; immediate collectives with a user operation
+//! therefore gather and reduce when their request completes
 //! (`collective::defer_user`), so no schedule ever waits for a closure.
+//!
+//! Buffers (the schedule's, receive landing buffers, the copies of sends that cannot
+//! leave at once) come from a pool, so that a collective repeated in a loop allocates,
+//! zeroes and faults in no new memory.
 
 use super::ops::{apply_system, Reducer, SysOp};
 use crate::datatype::Prim;
@@ -26,13 +31,53 @@ pub(crate) enum ExecOp {
     None,
     /// A predefined operation on basic values.
     System(SysOp, Prim),
-    /// A user operation, lent at each wait or test.
+    /// A user operation, lent by a blocking collective's caller.
     User,
+}
+
+/// Reusable byte buffers.
+#[derive(Default)]
+pub(crate) struct Pool(Vec<Vec<u8>>);
+
+/// Buffers kept at most; larger ones than this are not kept.
+const POOL_BUFFERS: usize = 32;
+const POOL_MAX_BYTES: usize = 64 << 20;
+
+impl Pool {
+    /// A buffer of `n` bytes (its contents are whatever it held: callers overwrite or
+    /// receive into all of it).
+    pub fn take(&mut self, n: usize) -> Vec<u8> {
+        let best = (0..self.0.len())
+            .filter(|&i| self.0[i].capacity() >= n)
+            .min_by_key(|&i| self.0[i].capacity());
+        let mut v = match best {
+            Some(i) => self.0.swap_remove(i),
+            None => Vec::with_capacity(n),
+        };
+        v.resize(n, 0);
+        v.truncate(n);
+        v
+    }
+
+    /// Returns a buffer for reuse.
+    pub fn give(&mut self, v: Vec<u8>) {
+        if v.capacity() > 0 && v.capacity() <= POOL_MAX_BYTES {
+            if self.0.len() >= POOL_BUFFERS {
+                // keep the larger ones
+                if let Some((i, _)) = self.0.iter().enumerate().min_by_key(|(_, b)| b.capacity()) {
+                    if self.0[i].capacity() < v.capacity() {
+                        self.0[i] = v;
+                    }
+                }
+            } else {
+                self.0.push(v);
+            }
+        }
+    }
 }
 
 /// One collective in progress.
 pub(crate) struct Exec {
-    id: u64,
     comm: SimpleCommunicator,
     tag: i32,
     sched: Schedule,
@@ -43,15 +88,255 @@ pub(crate) struct Exec {
     op: ExecOp,
 }
 
-/// The collectives in progress and the sequence numbers of each communicator.
+/// The immediate collectives in progress, the sequence numbers of each communicator,
+/// and the buffer pool.
 #[derive(Default)]
 pub(crate) struct Colls {
     next: u64,
-    active: Vec<Exec>,
+    active: Vec<(u64, Exec)>,
     seq: rustc_hash::FxHashMap<u32, u32>,
+    pub pool: Pool,
 }
 
-/// Starts `sched` on `comm` with `input` as `bufs[0]`; returns its key. The result
+impl Exec {
+    /// An execution of `sched` on `comm` with `input` as `bufs[0]`.
+    pub(crate) fn new(
+        s: &mut State,
+        comm: &SimpleCommunicator,
+        sched: Schedule,
+        input: Vec<u8>,
+        op: ExecOp,
+    ) -> Exec {
+        let seq = s.colls.seq.entry(comm.ctx).or_insert(0);
+        let tag = (*seq & 0xf_ffff) as i32;
+        *seq = seq.wrapping_add(1);
+        let mut input = Some(input);
+        let bufs = sched
+            .bufs
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| match input.take_if(|v| i == 0 && v.len() == n) {
+                Some(v) => v,
+                None => {
+                    let mut b = s.colls.pool.take(n);
+                    if i == 0 {
+                        let v = input.take().unwrap_or_default();
+                        let k = v.len().min(n);
+                        b[..k].copy_from_slice(&v[..k]);
+                        b[k..].fill(0);
+                    } else {
+                        b.fill(0);
+                    }
+                    b
+                }
+            })
+            .collect();
+        Exec {
+            comm: comm.internal(),
+            tag,
+            sched,
+            pc: 0,
+            bufs,
+            posted: Vec::new(),
+            op,
+        }
+    }
+
+    /// Runs the steps as far as they go: `Some(result)` once finished.
+    pub(crate) fn step(
+        &mut self,
+        s: &mut State,
+        user: Option<&Reducer<'_>>,
+    ) -> Result<Option<Vec<u8>>> {
+        match self.run(s, user) {
+            Ok(false) => Ok(None),
+            Ok(true) => Ok(Some(self.finish(s))),
+            Err(err) => {
+                // the operations already posted finish on their own; their results are
+                // dropped with the execution
+                for (k, _) in self.posted.drain(..) {
+                    s.cancel(k);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// The result, and the buffers back to the pool.
+    fn finish(&mut self, s: &mut State) -> Vec<u8> {
+        let (b, off, len) = self.sched.result;
+        let b = b.0 as usize;
+        let out = if off == 0 && len == self.bufs[b].len() {
+            std::mem::take(&mut self.bufs[b])
+        } else {
+            let mut v = s.colls.pool.take(len);
+            v.copy_from_slice(&self.bufs[b][off..off + len]);
+            v
+        };
+        for v in self.bufs.drain(..) {
+            s.colls.pool.give(v);
+        }
+        out
+    }
+
+    fn run(&mut self, s: &mut State, user: Option<&Reducer<'_>>) -> Result<bool> {
+        let ctx = self.comm.ctx;
+        loop {
+            let Some(step) = self.sched.steps.get(self.pc) else {
+                return Ok(self.posted.is_empty() || self.fence(s)?);
+            };
+            match *step {
+                Step::Send { to, buf, off, len } => {
+                    let dest = s.world_rank(ctx, to as i32);
+                    let bytes = &self.bufs[buf.0 as usize][off..off + len];
+                    if !s.send_now(ctx, dest, self.tag, bytes)? {
+                        let mut v = s.colls.pool.take(len);
+                        v.copy_from_slice(bytes);
+                        let k = start_send(
+                            s,
+                            ctx,
+                            dest,
+                            self.tag,
+                            SendArg::Packed(v),
+                            SendMode::Standard,
+                        )?;
+                        self.posted.push((k, None));
+                    }
+                }
+                Step::Recv {
+                    from,
+                    buf,
+                    off,
+                    len,
+                } => {
+                    let src = s.world_rank(ctx, from as i32);
+                    let v = s.colls.pool.take(len);
+                    let k = start_recv(
+                        s,
+                        ctx,
+                        Source::Rank(src),
+                        TagSel::Tag(self.tag),
+                        RecvDst::Owned(v),
+                    )?;
+                    self.posted.push((k, Some((buf.0 as usize, off, len))));
+                }
+                Step::Fence => {
+                    if !self.fence(s)? {
+                        return Ok(false);
+                    }
+                }
+                Step::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    len,
+                } => {
+                    let (a, b) = ranges(
+                        &mut self.bufs,
+                        src.0 as usize,
+                        src_off,
+                        dst.0 as usize,
+                        dst_off,
+                        len,
+                    );
+                    b.copy_from_slice(a);
+                }
+                Step::Reduce {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    len,
+                } => {
+                    let (a, b) = ranges(
+                        &mut self.bufs,
+                        src.0 as usize,
+                        src_off,
+                        dst.0 as usize,
+                        dst_off,
+                        len,
+                    );
+                    match self.op {
+                        ExecOp::System(op, p) => apply_system(op, p, a, b),
+                        ExecOp::User => match user {
+                            Some(f) => f(a, b)?,
+                            None => return Ok(false), // lent by the blocking caller only
+                        },
+                        ExecOp::None => {
+                            return Err(Error::Request(
+                                "a reduction step without an operation".into(),
+                            ))
+                        }
+                    }
+                }
+            }
+            self.pc += 1;
+        }
+    }
+
+    /// Completes the posted operations if all are done; false while some are pending.
+    fn fence(&mut self, s: &mut State) -> Result<bool> {
+        if !self.posted.iter().all(|(k, _)| s.done.contains_key(k)) {
+            return Ok(false);
+        }
+        for (k, dst) in self.posted.drain(..) {
+            let done = s.done.remove(&k).expect("done");
+            let Some((b, off, len)) = dst else {
+                continue;
+            };
+            let data = s.owned_done.remove(&k).unwrap_or_default();
+            match done {
+                Done::Recv(RecvOutcome::Received {
+                    len: got,
+                    truncated_from,
+                    ..
+                }) => {
+                    if truncated_from.is_some() || got as usize != len {
+                        return Err(Error::Request(format!(
+                            "collective: a rank contributed {} bytes where {len} were expected (counts or datatypes differ between ranks)",
+                            truncated_from.unwrap_or(got)
+                        )));
+                    }
+                    self.bufs[b][off..off + len].copy_from_slice(&data[..len]);
+                    s.colls.pool.give(data);
+                }
+                _ => return Err(Error::Request("collective: a receive was cancelled".into())),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// `bufs[a][a_off..+len]` to read and `bufs[b][b_off..+len]` to write (schedules never
+/// let the two overlap).
+fn ranges(
+    bufs: &mut [Vec<u8>],
+    a: usize,
+    a_off: usize,
+    b: usize,
+    b_off: usize,
+    len: usize,
+) -> (&[u8], &mut [u8]) {
+    if a == b {
+        let v = &mut bufs[a][..];
+        if a_off < b_off {
+            let (x, y) = v.split_at_mut(b_off);
+            (&x[a_off..a_off + len], &mut y[..len])
+        } else {
+            let (x, y) = v.split_at_mut(a_off);
+            (&y[..len], &mut x[b_off..b_off + len])
+        }
+    } else if a < b {
+        let (x, y) = bufs.split_at_mut(b);
+        (&x[a][a_off..a_off + len], &mut y[0][b_off..b_off + len])
+    } else {
+        let (x, y) = bufs.split_at_mut(a);
+        (&y[0][a_off..a_off + len], &mut x[b][b_off..b_off + len])
+    }
+}
+
+/// Starts an immediate collective in the library state; returns its key. Its result
 /// goes to `owned_done` under that key when it completes.
 pub(crate) fn start(
     s: &mut State,
@@ -60,183 +345,54 @@ pub(crate) fn start(
     input: Vec<u8>,
     op: ExecOp,
 ) -> Key {
-    let seq = s.colls.seq.entry(comm.ctx).or_insert(0);
-    let tag = (*seq & 0xf_ffff) as i32;
-    *seq = seq.wrapping_add(1);
+    let e = Exec::new(s, comm, sched, input, op);
     s.colls.next += 1;
     let id = s.colls.next;
-    let mut bufs: Vec<Vec<u8>> = sched.bufs.iter().map(|&n| vec![0u8; n]).collect();
-    let n = input.len().min(bufs[0].len());
-    bufs[0][..n].copy_from_slice(&input[..n]);
-    let mut e = Exec {
-        id,
-        comm: comm.internal(),
-        tag,
-        sched,
-        pc: 0,
-        bufs,
-        posted: Vec::new(),
-        op,
-    };
-    if !advance(s, &mut e, None) {
-        s.colls.active.push(e);
-    }
+    s.colls.active.push((id, e));
+    // a first step at once: what can be sent leaves now
+    let i = s.colls.active.len() - 1;
+    advance_at(s, i);
     Key::Coll(id)
 }
 
-/// Moves every collective in progress forward (inside `State::progress`).
+/// Moves every immediate collective forward (inside `State::progress`).
 pub(crate) fn advance_all(s: &mut State) {
-    if s.colls.active.is_empty() {
-        return;
-    }
-    let mut active = std::mem::take(&mut s.colls.active);
-    active.retain_mut(|e| !advance(s, e, None));
-    active.append(&mut s.colls.active);
-    s.colls.active = active;
-}
-
-/// Moves the collective of `key` forward with its user operation lent.
-pub(crate) fn advance_with(s: &mut State, key: Key, user: &Reducer<'_>) {
-    let Key::Coll(id) = key else { return };
-    if let Some(i) = s.colls.active.iter().position(|e| e.id == id) {
-        let mut e = s.colls.active.swap_remove(i);
-        if !advance(s, &mut e, Some(user)) {
-            s.colls.active.push(e);
+    let mut i = 0;
+    while i < s.colls.active.len() {
+        if !advance_at(s, i) {
+            i += 1;
         }
     }
 }
 
-/// Runs the steps of `e` as far as they go; returns true once it has finished (its
-/// result and completion are then in the state).
-fn advance(s: &mut State, e: &mut Exec, user: Option<&Reducer<'_>>) -> bool {
-    match run(s, e, user) {
-        Ok(false) => false,
-        Ok(true) => {
-            let (b, off, len) = e.sched.result;
-            let out = e.bufs[b.0 as usize][off..off + len].to_vec();
-            s.owned_done.insert(Key::Coll(e.id), out);
-            s.done.insert(Key::Coll(e.id), Done::Coll(Ok(())));
-            true
+/// Advances the execution at index `i`; true if it finished (and was removed).
+fn advance_at(s: &mut State, i: usize) -> bool {
+    let (id, mut e) = s.colls.active.swap_remove(i);
+    let done = match e.step(s, None) {
+        Ok(None) => None,
+        Ok(Some(out)) => Some(Ok(out)),
+        Err(err) => Some(Err(err)),
+    };
+    match done {
+        None => {
+            // back in its place (swap_remove moved the last one here)
+            s.colls.active.push((id, e));
+            let last = s.colls.active.len() - 1;
+            s.colls.active.swap(i, last);
+            false
         }
-        Err(err) => {
-            // the operations already posted finish on their own; their results are
-            // dropped with the execution
-            for (k, _) in e.posted.drain(..) {
-                s.cancel(k);
+        Some(r) => {
+            let key = Key::Coll(id);
+            match r {
+                Ok(out) => {
+                    s.owned_done.insert(key, out);
+                    s.done.insert(key, Done::Coll(Ok(())));
+                }
+                Err(err) => {
+                    s.done.insert(key, Done::Coll(Err(err)));
+                }
             }
-            s.done.insert(Key::Coll(e.id), Done::Coll(Err(err)));
             true
         }
     }
-}
-
-fn run(s: &mut State, e: &mut Exec, user: Option<&Reducer<'_>>) -> Result<bool> {
-    loop {
-        let Some(step) = e.sched.steps.get(e.pc) else {
-            return Ok(e.posted.is_empty() || fence(s, e)?);
-        };
-        match *step {
-            Step::Send { to, buf, off, len } => {
-                let dest = s.world_rank(e.comm.ctx, to as i32);
-                let bytes = &e.bufs[buf.0 as usize][off..off + len];
-                if !s.send_now(e.comm.ctx, dest, e.tag, bytes)? {
-                    let v = bytes.to_vec();
-                    let k = start_send(
-                        s,
-                        e.comm.ctx,
-                        dest,
-                        e.tag,
-                        SendArg::Packed(v),
-                        SendMode::Standard,
-                    )?;
-                    e.posted.push((k, None));
-                }
-            }
-            Step::Recv {
-                from,
-                buf,
-                off,
-                len,
-            } => {
-                let src = s.world_rank(e.comm.ctx, from as i32);
-                let k = start_recv(
-                    s,
-                    e.comm.ctx,
-                    Source::Rank(src),
-                    TagSel::Tag(e.tag),
-                    RecvDst::Owned(vec![0; len]),
-                )?;
-                e.posted.push((k, Some((buf.0 as usize, off, len))));
-            }
-            Step::Fence => {
-                if !fence(s, e)? {
-                    return Ok(false);
-                }
-            }
-            Step::Copy {
-                src,
-                src_off,
-                dst,
-                dst_off,
-                len,
-            } => {
-                let v = e.bufs[src.0 as usize][src_off..src_off + len].to_vec();
-                e.bufs[dst.0 as usize][dst_off..dst_off + len].copy_from_slice(&v);
-            }
-            Step::Reduce {
-                src,
-                src_off,
-                dst,
-                dst_off,
-                len,
-            } => {
-                let a = e.bufs[src.0 as usize][src_off..src_off + len].to_vec();
-                let b = &mut e.bufs[dst.0 as usize][dst_off..dst_off + len];
-                match e.op {
-                    ExecOp::System(op, p) => apply_system(op, p, &a, b),
-                    ExecOp::User => match user {
-                        Some(f) => f(&a, b)?,
-                        None => return Ok(false), // wait for the caller to lend it
-                    },
-                    ExecOp::None => {
-                        return Err(Error::Request(
-                            "a reduction step without an operation".into(),
-                        ))
-                    }
-                }
-            }
-        }
-        e.pc += 1;
-    }
-}
-
-/// Completes the posted operations if all are done; false while some are pending.
-fn fence(s: &mut State, e: &mut Exec) -> Result<bool> {
-    if !e.posted.iter().all(|(k, _)| s.done.contains_key(k)) {
-        return Ok(false);
-    }
-    for (k, dst) in e.posted.drain(..) {
-        let done = s.done.remove(&k).expect("done");
-        let Some((b, off, len)) = dst else {
-            continue;
-        };
-        let data = s.owned_done.remove(&k).unwrap_or_default();
-        match done {
-            Done::Recv(RecvOutcome::Received {
-                len: got,
-                truncated_from,
-                ..
-            }) => {
-                if truncated_from.is_some() || got as usize != len {
-                    return Err(Error::Request(format!(
-                        "collective: a rank contributed {} bytes where {len} were expected (counts or datatypes differ between ranks)",
-                        truncated_from.unwrap_or(got)
-                    )));
-                }
-                e.bufs[b][off..off + len].copy_from_slice(&data[..len]);
-            }
-            _ => return Err(Error::Request("collective: a receive was cancelled".into())),
-        }
-    }
-    Ok(true)
 }

@@ -40,7 +40,7 @@ use crate::datatype::{
     Buffer, BufferMut, Count, PartitionedBuffer, PartitionedBufferMut, UserDatatype,
 };
 use crate::error::{Error, Result};
-use crate::progress::{self, Done, Key};
+use crate::progress::{self, Key};
 use crate::request::{Data, Pending, Request, Scope, StaticScope};
 use crate::topology::{fail, AsCommunicator, Communicator, Process, Rank, SimpleCommunicator};
 use exec::ExecOp;
@@ -58,42 +58,56 @@ fn no_op<'a>() -> Prepared<'a> {
     (ExecOp::None, None)
 }
 
-/// Starts `sched` with `input`; the key of its completion.
+/// Starts `sched` with `input` in the library state; the key of its completion.
 fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp) -> Result<Key> {
     comm.check_live()?;
     Ok(progress::with(|s| exec::start(s, comm, sched, input, op)))
 }
 
-/// Runs a collective to completion; its result bytes.
+/// Runs a collective to completion in this frame; its result bytes (give them back
+/// with [`recycle`]).
 fn run(
     comm: &SimpleCommunicator,
     sched: Schedule,
     input: Vec<u8>,
     op: Prepared<'_>,
 ) -> Result<Vec<u8>> {
-    let key = start(comm, sched, input, op.0)?;
-    let user = op.1;
+    comm.check_live()?;
+    let (kind, user) = op;
+    let user = user.as_deref();
+    let mut e = progress::with(|s| exec::Exec::new(s, comm, sched, input, kind));
     let mut backoff = progress::Backoff::new();
     loop {
-        let got = progress::with(|s| {
-            if let Some(f) = &user {
-                exec::advance_with(s, key, f);
+        let out = progress::with(|s| -> Result<Option<Vec<u8>>> {
+            if let Some(out) = e.step(s, user)? {
+                return Ok(Some(out));
             }
-            if s.done.get(&key).is_none() {
-                s.progress();
-                if let Some(f) = &user {
-                    exec::advance_with(s, key, f);
-                }
-            }
-            s.done.remove(&key).map(|d| (d, s.owned_done.remove(&key)))
-        });
-        match got {
-            Some((Done::Coll(Ok(())), out)) => return Ok(out.unwrap_or_default()),
-            Some((Done::Coll(Err(e)), _)) => return Err(e),
-            Some(_) => return Err(Error::Request("collective: unexpected completion".into())),
+            s.progress();
+            e.step(s, user)
+        })?;
+        match out {
+            Some(out) => return Ok(out),
             None => backoff.idle(),
         }
     }
+}
+
+/// Bytes the collective may keep: a buffer of the pool holding a borrowed buffer's
+/// data (no fresh memory to fault in for every call of a loop).
+fn owned(b: std::borrow::Cow<'_, [u8]>) -> Vec<u8> {
+    match b {
+        std::borrow::Cow::Owned(v) => v,
+        std::borrow::Cow::Borrowed(b) => progress::with(|s| {
+            let mut v = s.colls.pool.take(b.len());
+            v.copy_from_slice(b);
+            v
+        }),
+    }
+}
+
+/// Returns a result buffer to the library's pool.
+fn recycle(v: Vec<u8>) {
+    progress::with(|s| s.colls.pool.give(v));
 }
 
 /// An immediate collective's request: `data` gets the result when it completes.
@@ -203,7 +217,7 @@ fn plan_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     r: &R,
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     fits(input.len() * size as usize, r.rsmpi_capacity())?;
     Ok(Plan {
         sched: rsmpi_coll::allgather(rank, size, input.len()),
@@ -219,7 +233,7 @@ fn plan_all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
     check_blocks(r.counts(), size as usize)?;
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     let counts = byte_counts(r.counts(), &r.rsmpi_datatype());
     if counts[rank as usize] != input.len() {
         return Err(Error::Request(format!(
@@ -241,7 +255,7 @@ fn plan_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     r: &R,
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     if input.len() % size as usize != 0 {
         return Err(Error::Request(format!(
             "all_to_all: {} bytes do not split into {size} equal blocks",
@@ -279,7 +293,7 @@ fn plan_reduction<'a, S: Buffer + ?Sized, O: Operation + 'a>(
     op: O,
     build: impl FnOnce(usize, usize, bool) -> Schedule,
 ) -> Result<Plan<'a>> {
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     plan_reduction_of(input, s.rsmpi_datatype().into_owned(), op, build)
 }
 
@@ -419,7 +433,7 @@ fn plan_gather<S: Buffer + ?Sized>(
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
     let root = check_root(c, root)?;
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     if let Some(cap) = cap {
         fits(input.len() * size as usize, cap)?;
     }
@@ -438,7 +452,7 @@ fn plan_gatherv<S: Buffer + ?Sized>(
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
     let root = check_root(c, root)?;
-    let input = s.rsmpi_send()?.into_owned();
+    let input = s.rsmpi_send().map(owned)?;
     let counts = match counts {
         Some(c) => {
             check_blocks_len(&c, size as usize)?;
@@ -535,10 +549,13 @@ fn finish_into<R: BufferMut + ?Sized>(
     r: &mut R,
 ) -> Result<()> {
     let out = run(c, p.sched, p.input, p.op)?;
-    if out.is_empty() {
-        return Ok(());
-    }
-    r.rsmpi_unpack(&out)
+    let res = if out.is_empty() {
+        Ok(())
+    } else {
+        r.rsmpi_unpack(&out)
+    };
+    recycle(out);
+    res
 }
 
 fn finish_blocks<R: PartitionedBufferMut + ?Sized>(
@@ -547,7 +564,9 @@ fn finish_blocks<R: PartitionedBufferMut + ?Sized>(
     r: &mut R,
 ) -> Result<()> {
     let out = run(c, p.sched, p.input, p.op)?;
-    unpack_blocks(r, &out)
+    let res = unpack_blocks(r, &out);
+    recycle(out);
+    res
 }
 
 fn into_request<'a, R: BufferMut + ?Sized + 'a, Sc>(
@@ -1036,7 +1055,7 @@ pub trait Root: AsCommunicator {
     fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let (c, root) = self.rsmpi_root();
         plan_gather(&c, root, sendbuf, None)
-            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather", e))
     }
 
@@ -1056,7 +1075,7 @@ pub trait Root: AsCommunicator {
     fn gather_varcount_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let (c, root) = self.rsmpi_root();
         plan_gatherv(&c, root, sendbuf, None)
-            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather_varcount", e))
     }
 
@@ -1090,7 +1109,7 @@ pub trait Root: AsCommunicator {
         let (c, root) = self.rsmpi_root();
         sendbuf
             .rsmpi_send()
-            .and_then(|s| plan_scatter(&c, root, Some(s.into_owned()), recvbuf.rsmpi_capacity()))
+            .and_then(|s| plan_scatter(&c, root, Some(owned(s)), recvbuf.rsmpi_capacity()))
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("scatter", e))
     }
@@ -1129,7 +1148,7 @@ pub trait Root: AsCommunicator {
                     rsmpi_coll::reduce(rank, size, root, len, e, com)
                 })
             })
-            .and_then(|p| run(&c, p.sched, p.input, p.op).map(|_| ()))
+            .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("reduce", e))
     }
 
@@ -1285,7 +1304,7 @@ pub trait Root: AsCommunicator {
         let (c, root) = self.rsmpi_root();
         sendbuf
             .rsmpi_send()
-            .and_then(|s| plan_scatter(&c, root, Some(s.into_owned()), recvbuf.rsmpi_capacity()))
+            .and_then(|s| plan_scatter(&c, root, Some(owned(s)), recvbuf.rsmpi_capacity()))
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("iscatter", e))
     }
