@@ -198,7 +198,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// receive) to the caller.
     pub fn try_wait(self) -> Result<Status> {
         let d = self.wait_done();
-        self.complete(d).0
+        self.complete_status(d)
     }
 
     fn wait_done(&self) -> Done {
@@ -229,6 +229,15 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// [`Status::is_cancelled`] tells whether the cancel won.
     pub fn cancel(&self) {
         cancel(self.pending.key)
+    }
+
+    /// Finishes a request whose outcome is `d` when the caller needs only the status:
+    /// a lent receive buffer stays lent (unused) until its scope ends.
+    fn complete_status(self, d: Done) -> Result<Status> {
+        if let Data::Loan(_) = self.data {
+            return finish(d, self.pending.capacity, self.pending.elem, self.pending.ctx);
+        }
+        self.complete(d).0
     }
 
     /// Finishes a request whose outcome is `d`: the status, and the buffer back.
@@ -524,8 +533,7 @@ pub fn wait_any<'a, D: ?Sized, S>(
             let r = requests.remove(i);
             let d = progress::with(|s| s.done.remove(&r.pending.key)).expect("done");
             let st = r
-                .complete(d)
-                .0
+                .complete_status(d)
                 .unwrap_or_else(|e| crate::topology::fail("wait", e));
             return Some((i, st));
         }
@@ -540,8 +548,7 @@ fn poll_one<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>], i: usize) -> O
     let d = progress::with(|s| s.done.remove(&key))?;
     let r = reqs[i].take().expect("active");
     Some(
-        r.complete(d)
-            .0
+        r.complete_status(d)
             .unwrap_or_else(|e| crate::topology::fail("wait", e)),
     )
 }
