@@ -70,8 +70,9 @@ impl Prim {
 /// free.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UserDatatype {
-    /// (byte offset, length) in type-map order; adjacent blocks are merged.
-    blocks: Vec<(i64, u64)>,
+    /// (byte offset, length) in type-map order; adjacent blocks are merged. Borrowed
+    /// for the basic types, so that their datatypes cost no allocation.
+    blocks: Cow<'static, [(i64, u64)]>,
     lb: i64,
     ub: i64,
     /// The one basic type of the type signature, if there is one.
@@ -170,7 +171,16 @@ impl UserDatatype {
     }
 
     fn prim_n(n: usize, prim: Option<Prim>) -> UserDatatype {
-        let blocks = if n == 0 { vec![] } else { vec![(0, n as u64)] };
+        const ONE: [[(i64, u64); 1]; 5] = [[(0, 1)], [(0, 2)], [(0, 4)], [(0, 8)], [(0, 16)]];
+        let blocks = match n {
+            0 => Cow::Borrowed(&[][..]),
+            1 => Cow::Borrowed(&ONE[0][..]),
+            2 => Cow::Borrowed(&ONE[1][..]),
+            4 => Cow::Borrowed(&ONE[2][..]),
+            8 => Cow::Borrowed(&ONE[3][..]),
+            16 => Cow::Borrowed(&ONE[4][..]),
+            _ => Cow::Owned(vec![(0, n as u64)]),
+        };
         UserDatatype {
             blocks,
             lb: 0,
@@ -245,7 +255,7 @@ impl UserDatatype {
             }
             for j in 0..count as i64 {
                 let base = disp + j * t.extent();
-                for &(o, l) in &t.blocks {
+                for &(o, l) in t.blocks.iter() {
                     Self::push(&mut blocks, base + o, l);
                 }
                 lb = lb.min(base + t.lb);
@@ -256,7 +266,7 @@ impl UserDatatype {
             (lb, ub) = (0, 0);
         }
         UserDatatype {
-            blocks,
+            blocks: Cow::Owned(blocks),
             lb,
             ub,
             prim: prim.flatten(),
@@ -409,7 +419,7 @@ impl UserDatatype {
         let mut out = Vec::with_capacity(self.size() as usize * count);
         for j in 0..count as i64 {
             let base = j * self.extent();
-            for &(o, l) in &self.blocks {
+            for &(o, l) in self.blocks.iter() {
                 let s = (base + o) as usize;
                 out.extend_from_slice(&buf[s..s + l as usize]);
             }
@@ -424,7 +434,7 @@ impl UserDatatype {
         let mut src = data;
         for j in 0..count as i64 {
             let base = j * self.extent();
-            for &(o, l) in &self.blocks {
+            for &(o, l) in self.blocks.iter() {
                 if src.is_empty() {
                     return Ok(());
                 }
@@ -1230,11 +1240,11 @@ mod tests {
     fn indexed_struct_and_merging() {
         let f = UserDatatype::of::<u32>();
         let idx = UserDatatype::indexed(&[2, 1], &[0, 3], &f);
-        assert_eq!(idx.blocks, vec![(0, 8), (12, 4)]);
+        assert_eq!(idx.blocks[..], [(0, 8), (12, 4)]);
         assert_eq!((idx.size(), idx.extent()), (12, 16));
         assert_eq!(idx.prim(), Some(Prim::U32));
         let hidx = UserDatatype::heterogeneous_indexed(&[1, 1], &[4, 0], &f);
-        assert_eq!(hidx.blocks, vec![(4, 4), (0, 4)], "type-map order is kept");
+        assert_eq!(hidx.blocks[..], [(4, 4), (0, 4)], "type-map order is kept");
         // struct { u8 a; [pad 3]; u32 b; u16 c; [pad 2] } sent without the padding
         let st = UserDatatype::structured(
             &[1, 1, 1],

@@ -235,7 +235,12 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// a lent receive buffer stays lent (unused) until its scope ends.
     fn complete_status(self, d: Done) -> Result<Status> {
         if let Data::Loan(_) = self.data {
-            return finish(d, self.pending.capacity, self.pending.elem, self.pending.ctx);
+            return finish(
+                d,
+                self.pending.capacity,
+                self.pending.elem,
+                self.pending.ctx,
+            );
         }
         self.complete(d).0
     }

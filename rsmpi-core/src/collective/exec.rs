@@ -24,6 +24,7 @@ use crate::progress::{Done, Key, RecvDst, State};
 use crate::topology::SimpleCommunicator;
 use matching::{RecvOutcome, SendMode, Source, TagSel};
 use rsmpi_coll::{Schedule, Step};
+use std::rc::Rc;
 
 /// The reduction of an execution.
 pub(crate) enum ExecOp {
@@ -80,7 +81,7 @@ impl Pool {
 pub(crate) struct Exec {
     comm: SimpleCommunicator,
     tag: i32,
-    sched: Schedule,
+    sched: Rc<Schedule>,
     pc: usize,
     bufs: Vec<Vec<u8>>,
     /// Posted operations since the last fence: key, and where a receive lands.
@@ -96,6 +97,8 @@ pub(crate) struct Colls {
     active: Vec<(u64, Exec)>,
     seq: rustc_hash::FxHashMap<u32, u32>,
     pub pool: Pool,
+    /// Schedules by the shape of the call (`collective::sched`).
+    pub cache: rustc_hash::FxHashMap<super::sched::Key, Rc<Schedule>>,
 }
 
 impl Exec {
@@ -103,7 +106,7 @@ impl Exec {
     pub(crate) fn new(
         s: &mut State,
         comm: &SimpleCommunicator,
-        sched: Schedule,
+        sched: Rc<Schedule>,
         input: Vec<u8>,
         op: ExecOp,
     ) -> Exec {
@@ -341,7 +344,7 @@ fn ranges(
 pub(crate) fn start(
     s: &mut State,
     comm: &SimpleCommunicator,
-    sched: Schedule,
+    sched: Rc<Schedule>,
     input: Vec<u8>,
     op: ExecOp,
 ) -> Key {

@@ -31,6 +31,7 @@
 
 pub(crate) mod exec;
 pub(crate) mod ops;
+mod sched;
 
 pub use ops::{
     reduce_local_into, try_reduce_local_into, Operation, SystemOperation, UserOperation,
@@ -45,7 +46,10 @@ use crate::request::{Data, Pending, Request, Scope, StaticScope};
 use crate::topology::{fail, AsCommunicator, Communicator, Process, Rank, SimpleCommunicator};
 use exec::ExecOp;
 use ops::Reducer;
-use rsmpi_coll::Schedule;
+use std::rc::Rc;
+
+/// A schedule, shared between the cache and its executions.
+type Schedule = Rc<rsmpi_coll::Schedule>;
 
 /// `use rsmpi::collective::traits::*`.
 pub mod traits {
@@ -220,7 +224,7 @@ fn plan_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     let input = s.rsmpi_send().map(owned)?;
     fits(input.len() * size as usize, r.rsmpi_capacity())?;
     Ok(Plan {
-        sched: rsmpi_coll::allgather(rank, size, input.len()),
+        sched: sched::allgather(rank, size, input.len()),
         input,
         op: no_op(),
     })
@@ -243,7 +247,7 @@ fn plan_all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized
         )));
     }
     Ok(Plan {
-        sched: rsmpi_coll::allgatherv(rank, size, &counts),
+        sched: sched::allgatherv(rank, size, &counts),
         input,
         op: no_op(),
     })
@@ -265,7 +269,7 @@ fn plan_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     fits(input.len(), r.rsmpi_capacity())?;
     let block = input.len() / size as usize;
     Ok(Plan {
-        sched: rsmpi_coll::alltoall(rank, size, block),
+        sched: sched::alltoall(rank, size, block),
         input,
         op: no_op(),
     })
@@ -282,7 +286,7 @@ fn plan_all_to_all_varcount<S: PartitionedBuffer + ?Sized, R: PartitionedBufferM
     let sc = byte_counts(s.counts(), &s.rsmpi_datatype());
     let rc = byte_counts(r.counts(), &r.rsmpi_datatype());
     Ok(Plan {
-        sched: rsmpi_coll::alltoallv(rank, size, &sc, &rc),
+        sched: sched::alltoallv(rank, size, &sc, &rc),
         input,
         op: no_op(),
     })
@@ -368,10 +372,10 @@ fn defer_user<'a>(
     let (n, len) = (size as usize, p.input.len());
     let sched = match kind {
         Deferred::AllReduce | Deferred::Scan | Deferred::Exscan => {
-            rsmpi_coll::allgather(rank, size, len)
+            sched::allgather(rank, size, len)
         }
-        Deferred::Reduce(root) => rsmpi_coll::gather(rank, size, root, len),
-        Deferred::ReduceScatterBlock => rsmpi_coll::alltoall(rank, size, len / n),
+        Deferred::Reduce(root) => sched::gather(rank, size, root, len),
+        Deferred::ReduceScatterBlock => sched::alltoall(rank, size, len / n),
     };
     // the blocks to fold, in rank order
     let (block, upto) = match kind {
@@ -419,7 +423,7 @@ fn plan_bcast<B: BufferMut + ?Sized>(
     };
     let e = elem(&b.rsmpi_datatype());
     Ok(Plan {
-        sched: rsmpi_coll::bcast(rank, size, root, len, e),
+        sched: sched::bcast(rank, size, root, len, e),
         input,
         op: no_op(),
     })
@@ -438,7 +442,7 @@ fn plan_gather<S: Buffer + ?Sized>(
         fits(input.len() * size as usize, cap)?;
     }
     Ok(Plan {
-        sched: rsmpi_coll::gather(rank, size, root, input.len()),
+        sched: sched::gather(rank, size, root, input.len()),
         input,
         op: no_op(),
     })
@@ -470,7 +474,7 @@ fn plan_gatherv<S: Buffer + ?Sized>(
         }
     };
     Ok(Plan {
-        sched: rsmpi_coll::gatherv(rank, size, root, &counts),
+        sched: sched::gatherv(rank, size, root, &counts),
         input,
         op: no_op(),
     })
@@ -510,7 +514,7 @@ fn plan_scatter(
         None => (Vec::new(), cap),
     };
     Ok(Plan {
-        sched: rsmpi_coll::scatter(rank, size, root, block),
+        sched: sched::scatter(rank, size, root, block),
         input,
         op: no_op(),
     })
@@ -536,7 +540,7 @@ fn plan_scatterv(
         }
     };
     Ok(Plan {
-        sched: rsmpi_coll::scatterv(rank, size, root, &counts),
+        sched: sched::scatterv(rank, size, root, &counts),
         input,
         op: no_op(),
     })
@@ -619,7 +623,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn barrier(&self) {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        run(&c, rsmpi_coll::barrier(rank, size), Vec::new(), no_op())
+        run(&c, sched::barrier(rank, size), Vec::new(), no_op())
             .unwrap_or_else(|e| fail("barrier", e));
     }
 
@@ -652,7 +656,7 @@ pub trait CommunicatorCollectives: Communicator {
             let mine = all[c.rank as usize * b..(c.rank as usize + 1) * b].to_vec();
             let out = run(
                 &c,
-                rsmpi_coll::allgather(c.rank as u32, size as u32, b),
+                sched::allgather(c.rank as u32, size as u32, b),
                 mine,
                 no_op(),
             )?;
@@ -708,7 +712,7 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, e, com| {
-            rsmpi_coll::allreduce(rank, size, len, e, com)
+            sched::allreduce(rank, size, len, e, com)
         })
         .and_then(|p| {
             fits(p.input.len(), recvbuf.rsmpi_capacity())?;
@@ -724,7 +728,7 @@ pub trait CommunicatorCollectives: Communicator {
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let p = plan_in_place(buf, op, |len, e, com| {
-                rsmpi_coll::allreduce(rank, size, len, e, com)
+                sched::allreduce(rank, size, len, e, com)
             })?;
             finish_into(&c, p, buf)
         };
@@ -743,7 +747,7 @@ pub trait CommunicatorCollectives: Communicator {
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let p = plan_reduction(sendbuf, op, |len, e, com| {
-                rsmpi_coll::reduce_scatter_block(rank, size, len / size as usize, e, com)
+                sched::reduce_scatter_block(rank, size, len / size as usize, e, com)
             })?;
             check_split(p.input.len(), size)?;
             fits(p.input.len() / size as usize, recvbuf.rsmpi_capacity())?;
@@ -768,7 +772,7 @@ pub trait CommunicatorCollectives: Communicator {
             let dt = sendbuf.rsmpi_datatype().into_owned();
             let bc = byte_counts(counts, &dt);
             let p = plan_reduction(sendbuf, op, |_, e, com| {
-                rsmpi_coll::reduce_scatter(rank, size, &bc, e, com)
+                sched::reduce_scatter(rank, size, &bc, e, com)
             })?;
             if p.input.len() != bc.iter().sum::<usize>() {
                 return Err(Error::Request(
@@ -790,7 +794,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))
+        plan_reduction(sendbuf, op, |len, _, _| sched::scan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
                 finish_into(&c, p, recvbuf)
@@ -803,7 +807,7 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
-            let p = plan_in_place(buf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))?;
+            let p = plan_in_place(buf, op, |len, _, _| sched::scan(rank, size, len))?;
             finish_into(&c, p, buf)
         };
         f().unwrap_or_else(|e| fail("scan", e))
@@ -819,7 +823,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::exscan(rank, size, len))
+        plan_reduction(sendbuf, op, |len, _, _| sched::exscan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
                 finish_into(&c, p, recvbuf)
@@ -832,7 +836,7 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let p = Plan {
-            sched: rsmpi_coll::barrier(rank, size),
+            sched: sched::barrier(rank, size),
             input: Vec::new(),
             op: no_op(),
         };
@@ -933,7 +937,7 @@ pub trait CommunicatorCollectives: Communicator {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, e, com| {
-            rsmpi_coll::allreduce(rank, size, len, e, com)
+            sched::allreduce(rank, size, len, e, com)
         })
         .and_then(|p| {
             fits(p.input.len(), recvbuf.rsmpi_capacity())?;
@@ -961,7 +965,7 @@ pub trait CommunicatorCollectives: Communicator {
         let (rank, size) = me(&c);
         let f = move || -> Result<Request<'a, R, Sc>> {
             let p = plan_reduction(sendbuf, op, |len, e, com| {
-                rsmpi_coll::reduce_scatter_block(rank, size, len / size as usize, e, com)
+                sched::reduce_scatter_block(rank, size, len / size as usize, e, com)
             })?;
             check_split(p.input.len(), size)?;
             fits(p.input.len() / size as usize, recvbuf.rsmpi_capacity())?;
@@ -987,7 +991,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::scan(rank, size, len))
+        plan_reduction(sendbuf, op, |len, _, _| sched::scan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
                 reduction_request(&c, p, Deferred::Scan, recvbuf)
@@ -1012,7 +1016,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        plan_reduction(sendbuf, op, |len, _, _| rsmpi_coll::exscan(rank, size, len))
+        plan_reduction(sendbuf, op, |len, _, _| sched::exscan(rank, size, len))
             .and_then(|p| {
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
                 reduction_request(&c, p, Deferred::Exscan, recvbuf)
@@ -1145,7 +1149,7 @@ pub trait Root: AsCommunicator {
         check_root(&c, root)
             .and_then(|root| {
                 plan_reduction(sendbuf, op, |len, e, com| {
-                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                    sched::reduce(rank, size, root, len, e, com)
                 })
             })
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
@@ -1164,7 +1168,7 @@ pub trait Root: AsCommunicator {
         check_root(&c, root)
             .and_then(|root| {
                 plan_reduction(sendbuf, op, |len, e, com| {
-                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                    sched::reduce(rank, size, root, len, e, com)
                 })
             })
             .and_then(|p| {
@@ -1182,7 +1186,7 @@ pub trait Root: AsCommunicator {
         let f = || -> Result<()> {
             let root = check_root(&c, root)?;
             let p = plan_in_place(buf, op, |len, e, com| {
-                rsmpi_coll::reduce(rank, size, root, len, e, com)
+                sched::reduce(rank, size, root, len, e, com)
             })?;
             finish_into(&c, p, buf)
         };
@@ -1366,7 +1370,7 @@ pub trait Root: AsCommunicator {
         check_root(&c, root)
             .and_then(|root| {
                 let p = plan_reduction(sendbuf, op, |len, e, com| {
-                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                    sched::reduce(rank, size, root, len, e, com)
                 })?;
                 // the root reduces a deferred user operation; here nothing is left
                 let (p, _) = defer_user(&c, p, Deferred::Reduce(root));
@@ -1395,7 +1399,7 @@ pub trait Root: AsCommunicator {
         check_root(&c, root)
             .and_then(|root| {
                 let p = plan_reduction(sendbuf, op, |len, e, com| {
-                    rsmpi_coll::reduce(rank, size, root, len, e, com)
+                    sched::reduce(rank, size, root, len, e, com)
                 })?;
                 fits(p.input.len(), recvbuf.rsmpi_capacity())?;
                 reduction_request(&c, p, Deferred::Reduce(root), recvbuf)
