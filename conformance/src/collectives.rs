@@ -1155,10 +1155,13 @@ fn in_place_user_ops(u: Universe) {
 /// Runs `ops` on values of type T from `gen` through all_reduce, reduce (root varies),
 /// scan, exclusive_scan, reduce_scatter_block and immediate all_reduce; and checks
 /// reduce_local_into against the same sequential forms.
+/// A predefined operation, the sequential function it must equal, and its name.
+type OpCase<T> = (SystemOperation, fn(T, T) -> T, &'static str);
+
 fn check_sys<T: Equivalence + Copy + PartialEq + Debug + 'static>(
     w: &SimpleCommunicator,
     ty: &str,
-    ops: &[(SystemOperation, fn(T, T) -> T, &str)],
+    ops: &[OpCase<T>],
     gen: impl Fn(usize, usize) -> T,
     zero: T,
 ) {
@@ -1295,7 +1298,7 @@ fn predefined_ops(u: Universe) {
     int_type!(&w, isize);
     float_type!(&w, f32);
     float_type!(&w, f64);
-    let bool_ops: [(SystemOperation, fn(bool, bool) -> bool, &str); 6] = [
+    let bool_ops: [OpCase<bool>; 6] = [
         (SystemOperation::logical_and(), |a, b| a && b, "logical_and"),
         (SystemOperation::logical_or(), |a, b| a || b, "logical_or"),
         (SystemOperation::logical_xor(), |a, b| a != b, "logical_xor"),
@@ -1304,7 +1307,13 @@ fn predefined_ops(u: Universe) {
         (SystemOperation::bitwise_xor(), |a, b| a ^ b, "bitwise_xor"),
     ];
     // mostly true, so that "and" is not always false
-    check_sys::<bool>(&w, "bool", &bool_ops, |r, i| val(r, i, 34) % 4 != 0, false);
+    check_sys::<bool>(
+        &w,
+        "bool",
+        &bool_ops,
+        |r, i| !val(r, i, 34).is_multiple_of(4),
+        false,
+    );
 
     // a predefined operation on a type it does not apply to
     let not_for_floats = [
@@ -1855,6 +1864,8 @@ fn communicators(u: Universe) {
 /// Several immediate collectives outstanding at once on one communicator, completed in
 /// an order that differs from the start order and between ranks; an immediate barrier
 /// and an immediate all_to_all progressing while their rank blocks in a receive.
+// one request per statement below reads better than one long `vec![…]`
+#[allow(clippy::vec_init_then_push)]
 fn immediate_outstanding(u: Universe) {
     let w = u.world();
     let n = w.size() as usize;
@@ -1880,8 +1891,8 @@ fn immediate_outstanding(u: Universe) {
         let rsbin = data(me, n, s + 5);
         request::scope(|sc| {
             let sum = SystemOperation::sum();
-            let mut reqs = Vec::new();
             // started in the same order on every rank
+            let mut reqs = Vec::new();
             reqs.push(Some((
                 "ibcast",
                 w.process_at_rank(1)

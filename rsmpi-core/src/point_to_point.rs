@@ -981,7 +981,7 @@ impl Message {
 
     fn receive_vec<T: Equivalence>(self, st: Status) -> Result<(Vec<T>, Status)> {
         let size = T::rsmpi_sig_size();
-        if size > 0 && st.len % size as u64 != 0 {
+        if size > 0 && !st.len.is_multiple_of(size as u64) {
             return Err(Error::Count { len: st.len, size });
         }
         let n = (st.len as usize).checked_div(size).unwrap_or(0);

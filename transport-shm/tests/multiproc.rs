@@ -148,7 +148,7 @@ fn cma_put_get_1mib_and_bounds() {
             // Exposed: the first LEN bytes; then a guard that must stay untouched.
             let mut buf: Vec<u8> = (0..LEN)
                 .map(old)
-                .chain(std::iter::repeat(0xee).take(GUARD))
+                .chain(std::iter::repeat_n(0xee, GUARD))
                 .collect();
             let d = t.expose(buf.as_mut_ptr() as usize, LEN);
             publish_u64(&mut ex, "buf.addr", d.addr);

@@ -77,6 +77,9 @@ impl Pool {
     }
 }
 
+/// Where a receive lands: buffer, offset, length.
+type Landing = (usize, usize, usize);
+
 /// One collective in progress.
 pub(crate) struct Exec {
     comm: SimpleCommunicator,
@@ -85,7 +88,7 @@ pub(crate) struct Exec {
     pc: usize,
     bufs: Vec<Vec<u8>>,
     /// Posted operations since the last fence: key, and where a receive lands.
-    posted: Vec<(Key, Option<(usize, usize, usize)>)>,
+    posted: Vec<(Key, Option<Landing>)>,
     op: ExecOp,
 }
 

@@ -1028,7 +1028,7 @@ pub trait CommunicatorCollectives: Communicator {
 impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
 
 fn check_split(len: usize, size: u32) -> Result<()> {
-    if len % size as usize != 0 {
+    if !len.is_multiple_of(size as usize) {
         Err(Error::Request(format!(
             "{len} bytes do not split into {size} equal blocks"
         )))
