@@ -95,6 +95,8 @@ fn tagsel(tag: Option<Tag>) -> Result<TagSel> {
 pub(crate) enum SendArg {
     Region(RegionId),
     Packed(Vec<u8>),
+    /// A range of a region (a collective's buffer).
+    Slice(RegionId, usize, usize),
 }
 
 pub(crate) fn start_send(
@@ -110,7 +112,11 @@ pub(crate) fn start_send(
             SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
         }
         (SendArg::Packed(v), SendMode::Buffered) => SendSrc::Owned(v),
+        (SendArg::Slice(r, off, len), SendMode::Buffered) => {
+            SendSrc::Owned(s.regions.slice(r).expect("lent")[off..off + len].to_vec())
+        }
         (SendArg::Region(r), _) => SendSrc::Region(r),
+        (SendArg::Slice(r, off, len), _) => SendSrc::Slice(r, off, len),
         (SendArg::Packed(v), _) => SendSrc::Packed(v),
     };
     let (addr, len) = match &src {
@@ -118,6 +124,7 @@ pub(crate) fn start_send(
             s.regions.addr(*r).expect("lent"),
             s.regions.len(*r).expect("lent"),
         ),
+        SendSrc::Slice(r, off, len) => (s.regions.addr(*r).expect("lent") + off, *len),
         SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
     };
     let buf = s.transport.expose(addr, len);

@@ -29,6 +29,8 @@ fn to_transport(b: matching::RemoteBuf) -> transport::RemoteBuf {
 /// Where a send's bytes are.
 pub(crate) enum SendSrc {
     Region(RegionId),
+    /// A range of a region (a collective's buffer in the table).
+    Slice(RegionId, usize, usize),
     /// A buffered send's copy (kept until the send has left, after the user's
     /// request completed).
     Owned(Vec<u8>),
@@ -40,6 +42,8 @@ pub(crate) enum SendSrc {
 pub(crate) enum RecvDst {
     /// A buffer lent by the caller.
     Region(RegionId),
+    /// A range of a region (a collective's buffer): the message lands in place.
+    Slice(RegionId, usize, usize),
     /// The library's own buffer: kept in `State::owned_done` when the receive
     /// completes, for the request to unpack (padding, datatypes with gaps,
     /// collectives).
@@ -50,7 +54,7 @@ impl RecvDst {
     pub fn region(&self) -> Option<RegionId> {
         match self {
             RecvDst::Region(r) => Some(*r),
-            RecvDst::Owned(_) => None,
+            RecvDst::Owned(_) | RecvDst::Slice(..) => None,
         }
     }
 
@@ -58,6 +62,7 @@ impl RecvDst {
     pub fn bytes<'a>(&'a mut self, regions: &'a mut Regions) -> Option<&'a mut [u8]> {
         match self {
             RecvDst::Region(r) => regions.slice_mut(*r),
+            RecvDst::Slice(r, off, len) => regions.slice_mut(*r)?.get_mut(*off..*off + *len),
             RecvDst::Owned(v) => Some(v),
         }
     }
@@ -66,6 +71,7 @@ impl RecvDst {
     pub fn capacity(&self, regions: &Regions) -> usize {
         match self {
             RecvDst::Region(r) => regions.len(*r).unwrap_or(0),
+            RecvDst::Slice(_, _, len) => *len,
             RecvDst::Owned(v) => v.len(),
         }
     }
@@ -327,6 +333,9 @@ impl State {
     ) -> &'a [u8] {
         let b = match src.get(&s).expect("send buffer") {
             SendSrc::Region(r) => regions.slice(*r).expect("lent send buffer"),
+            SendSrc::Slice(r, off, len) => {
+                &regions.slice(*r).expect("collective buffer")[*off..*off + *len]
+            }
             SendSrc::Owned(v) | SendSrc::Packed(v) => v,
         };
         &b[..len as usize]
@@ -470,6 +479,7 @@ impl State {
                 Output::RecvDone { recv, outcome } => {
                     match self.recv_dst.remove(&recv) {
                         Some(RecvDst::Region(r)) => self.by_region.remove(&r),
+                        Some(RecvDst::Slice(..)) => {}
                         Some(RecvDst::Owned(mut v)) => {
                             let len = match outcome {
                                 RecvOutcome::Received { len, .. } => len as usize,
@@ -492,6 +502,9 @@ impl State {
                             if let Some(SendSrc::Packed(v)) = self.send_src.remove(&send) {
                                 self.colls.pool.give(v);
                             }
+                        }
+                        Some(SendSrc::Slice(..)) => {
+                            self.send_src.remove(&send);
                         }
                         _ => {}
                     }

@@ -50,11 +50,15 @@ struct Slot {
     writable: bool,
 }
 
-/// The table of lent buffers.
+/// The table of lent buffers (and of the library's own buffers that operations
+/// address like lent ones: [`Regions::insert_owned`]).
 #[derive(Debug, Default)]
 pub struct Regions {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
+    /// The memory of owned regions, by slot index; its heap buffer never moves while
+    /// it is here (nothing resizes it).
+    owned: Vec<Option<Vec<u8>>>,
 }
 
 // SAFETY: the raw pointers are only dereferenced through `&self`/`&mut self` methods,
@@ -82,6 +86,54 @@ impl Regions {
                 self.free.push(id.0);
             }
         }
+        if let Some(o) = self.owned.get_mut(id.0 as usize) {
+            *o = None;
+        }
+    }
+
+    /// Keeps `v` in the table as a writable region, so that operations can address
+    /// ranges of it; [`Regions::take_owned`] gives it back.
+    pub fn insert_owned(&mut self, mut v: Vec<u8>) -> RegionId {
+        let slot = Slot {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            writable: true,
+        };
+        let id = self.insert(slot);
+        let i = id.0 as usize;
+        if self.owned.len() <= i {
+            self.owned.resize_with(i + 1, || None);
+        }
+        self.owned[i] = Some(v);
+        id
+    }
+
+    /// Removes an owned region and returns its memory (`None` for a lent region).
+    pub fn take_owned(&mut self, id: RegionId) -> Option<Vec<u8>> {
+        let v = self.owned.get_mut(id.0 as usize)?.take()?;
+        self.remove(id);
+        Some(v)
+    }
+
+    /// `a` to read and `b` to write at once, if both exist, `b` is writable and their
+    /// memory does not overlap.
+    pub fn pair(&mut self, a: RegionId, b: RegionId) -> Option<(&[u8], &mut [u8])> {
+        let (sa, sb) = (self.slot(a)?, self.slot(b)?);
+        let (a0, b0) = (sa.ptr as usize, sb.ptr as usize);
+        if !sb.writable || (a0 < b0 + sb.len && b0 < a0 + sa.len && sa.len > 0 && sb.len > 0) {
+            return None;
+        }
+        // SAFETY: both slots describe live memory (see `slice`); the two ranges were
+        // just checked to be disjoint, so the shared and the exclusive reference do not
+        // alias; `b` came from a writable (exclusive) borrow or owned memory; both
+        // borrows are tied to `&mut self`, which excludes every other access path
+        // through the table.
+        Some(unsafe {
+            (
+                std::slice::from_raw_parts(sa.ptr, sa.len),
+                std::slice::from_raw_parts_mut(sb.ptr, sb.len),
+            )
+        })
     }
 
     fn slot(&self, id: RegionId) -> Option<Slot> {

@@ -25,6 +25,7 @@ use crate::topology::SimpleCommunicator;
 use matching::{RecvOutcome, SendMode, Source, TagSel};
 use rsmpi_coll::{Schedule, Step};
 use std::rc::Rc;
+use transport::mem::RegionId;
 
 /// The reduction of an execution.
 pub(crate) enum ExecOp {
@@ -77,19 +78,25 @@ impl Pool {
     }
 }
 
-/// Where a receive lands: buffer, offset, length.
-type Landing = (usize, usize, usize);
+/// A receive's buffer index and length, checked at the fence.
+type Landing = (usize, usize);
 
-/// One collective in progress.
+/// One collective in progress. Its buffers live in the region table, so that sends
+/// leave from them and receives land in them with no copy (`SendSrc::Slice`,
+/// `RecvDst::Slice`); the result buffer may be the caller's own (lent) buffer.
 pub(crate) struct Exec {
     comm: SimpleCommunicator,
     tag: i32,
     sched: Rc<Schedule>,
     pc: usize,
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<RegionId>,
+    /// The buffer lent by the caller (the result lands there), not the library's.
+    lent: Option<usize>,
     /// Posted operations since the last fence: key, and where a receive lands.
     posted: Vec<(Key, Option<Landing>)>,
     op: ExecOp,
+    /// Small sends are copied here to try the send fast path.
+    scratch: Vec<u8>,
 }
 
 /// The immediate collectives in progress, the sequence numbers of each communicator,
@@ -104,37 +111,59 @@ pub(crate) struct Colls {
     pub cache: rustc_hash::FxHashMap<super::sched::Key, Rc<Schedule>>,
 }
 
+/// Sends up to this size try the fast path (a copy into `Exec::scratch`); larger
+/// ones leave from the schedule's buffer.
+const FAST_SEND: usize = 4096;
+
 impl Exec {
-    /// An execution of `sched` on `comm` with `input` as `bufs[0]`.
+    /// An execution of `sched` on `comm` with `input` as `bufs[0]`. With `out`, the
+    /// caller's region of exactly the result's size is the result buffer (when the
+    /// result is `bufs[0]`, a broadcast, the region also holds the root's input and
+    /// `input` is ignored).
     pub(crate) fn new(
         s: &mut State,
         comm: &SimpleCommunicator,
         sched: Rc<Schedule>,
         input: Vec<u8>,
+        out: Option<RegionId>,
         op: ExecOp,
     ) -> Exec {
         let seq = s.colls.seq.entry(comm.ctx).or_insert(0);
         let tag = (*seq & 0xf_ffff) as i32;
         *seq = seq.wrapping_add(1);
+        let lent = out.map(|_| sched.result.0 .0 as usize);
         let mut input = Some(input);
         let bufs = sched
             .bufs
             .iter()
             .enumerate()
-            .map(|(i, &n)| match input.take_if(|v| i == 0 && v.len() == n) {
-                Some(v) => v,
-                None => {
-                    let mut b = s.colls.pool.take(n);
-                    if i == 0 {
-                        let v = input.take().unwrap_or_default();
+            .map(|(i, &n)| {
+                if lent == Some(i) {
+                    let out = out.expect("lent");
+                    if let Some(v) = input.take().filter(|v| i == 0 && !v.is_empty()) {
+                        // the input lives in the result buffer (a reduction of one rank)
+                        let b = s.regions.slice_mut(out).expect("lent");
+                        let k = v.len().min(b.len());
+                        b[..k].copy_from_slice(&v[..k]);
+                    }
+                    return out;
+                }
+                let b = match input.take_if(|v| i == 0 && v.len() == n) {
+                    Some(v) => v,
+                    None => {
+                        let mut b = s.colls.pool.take(n);
+                        let v = if i == 0 {
+                            input.take().unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        };
                         let k = v.len().min(n);
                         b[..k].copy_from_slice(&v[..k]);
                         b[k..].fill(0);
-                    } else {
-                        b.fill(0);
+                        b
                     }
-                    b
-                }
+                };
+                s.regions.insert_owned(b)
             })
             .collect();
         Exec {
@@ -143,12 +172,15 @@ impl Exec {
             sched,
             pc: 0,
             bufs,
+            lent,
             posted: Vec::new(),
             op,
+            scratch: Vec::new(),
         }
     }
 
-    /// Runs the steps as far as they go: `Some(result)` once finished.
+    /// Runs the steps as far as they go: `Some(result)` once finished (empty when the
+    /// result is in the caller's lent buffer).
     pub(crate) fn step(
         &mut self,
         s: &mut State,
@@ -158,8 +190,8 @@ impl Exec {
             Ok(false) => Ok(None),
             Ok(true) => Ok(Some(self.finish(s))),
             Err(err) => {
-                // the operations already posted finish on their own; their results are
-                // dropped with the execution
+                // the operations already posted may still land in the buffers: these
+                // stay in the table (a failing collective ends the job)
                 for (k, _) in self.posted.drain(..) {
                     s.cancel(k);
                 }
@@ -172,15 +204,21 @@ impl Exec {
     fn finish(&mut self, s: &mut State) -> Vec<u8> {
         let (b, off, len) = self.sched.result;
         let b = b.0 as usize;
-        let out = if off == 0 && len == self.bufs[b].len() {
-            std::mem::take(&mut self.bufs[b])
-        } else {
-            let mut v = s.colls.pool.take(len);
-            v.copy_from_slice(&self.bufs[b][off..off + len]);
-            v
-        };
-        for v in self.bufs.drain(..) {
-            s.colls.pool.give(v);
+        let mut out = Vec::new();
+        for (i, id) in self.bufs.drain(..).enumerate() {
+            if self.lent == Some(i) {
+                continue; // the caller's
+            }
+            let v = s.regions.take_owned(id).expect("an owned buffer");
+            if i != b {
+                s.colls.pool.give(v);
+            } else if off == 0 && len == v.len() {
+                out = v;
+            } else {
+                out = s.colls.pool.take(len);
+                out.copy_from_slice(&v[off..off + len]);
+                s.colls.pool.give(v);
+            }
         }
         out
     }
@@ -194,18 +232,17 @@ impl Exec {
             match *step {
                 Step::Send { to, buf, off, len } => {
                     let dest = s.world_rank(ctx, to as i32);
-                    let bytes = &self.bufs[buf.0 as usize][off..off + len];
-                    if !s.send_now(ctx, dest, self.tag, bytes)? {
-                        let mut v = s.colls.pool.take(len);
-                        v.copy_from_slice(bytes);
-                        let k = start_send(
-                            s,
-                            ctx,
-                            dest,
-                            self.tag,
-                            SendArg::Packed(v),
-                            SendMode::Standard,
-                        )?;
+                    let id = self.bufs[buf.0 as usize];
+                    let mut sent = false;
+                    if len <= FAST_SEND {
+                        let bytes = &s.regions.slice(id).expect("buffer")[off..off + len];
+                        self.scratch.clear();
+                        self.scratch.extend_from_slice(bytes);
+                        sent = s.send_now(ctx, dest, self.tag, &self.scratch)?;
+                    }
+                    if !sent {
+                        let arg = SendArg::Slice(id, off, len);
+                        let k = start_send(s, ctx, dest, self.tag, arg, SendMode::Standard)?;
                         self.posted.push((k, None));
                     }
                 }
@@ -216,15 +253,9 @@ impl Exec {
                     len,
                 } => {
                     let src = s.world_rank(ctx, from as i32);
-                    let v = s.colls.pool.take(len);
-                    let k = start_recv(
-                        s,
-                        ctx,
-                        Source::Rank(src),
-                        TagSel::Tag(self.tag),
-                        RecvDst::Owned(v),
-                    )?;
-                    self.posted.push((k, Some((buf.0 as usize, off, len))));
+                    let dst = RecvDst::Slice(self.bufs[buf.0 as usize], off, len);
+                    let k = start_recv(s, ctx, Source::Rank(src), TagSel::Tag(self.tag), dst)?;
+                    self.posted.push((k, Some((buf.0 as usize, len))));
                 }
                 Step::Fence => {
                     if !self.fence(s)? {
@@ -238,14 +269,7 @@ impl Exec {
                     dst_off,
                     len,
                 } => {
-                    let (a, b) = ranges(
-                        &mut self.bufs,
-                        src.0 as usize,
-                        src_off,
-                        dst.0 as usize,
-                        dst_off,
-                        len,
-                    );
+                    let (a, b) = self.ranges(s, src.0, src_off, dst.0, dst_off, len);
                     b.copy_from_slice(a);
                 }
                 Step::Reduce {
@@ -255,20 +279,13 @@ impl Exec {
                     dst_off,
                     len,
                 } => {
-                    let (a, b) = ranges(
-                        &mut self.bufs,
-                        src.0 as usize,
-                        src_off,
-                        dst.0 as usize,
-                        dst_off,
-                        len,
-                    );
+                    if let (ExecOp::User, None) = (&self.op, user) {
+                        return Ok(false); // lent by the blocking caller only
+                    }
+                    let (a, b) = self.ranges(s, src.0, src_off, dst.0, dst_off, len);
                     match self.op {
                         ExecOp::System(op, p) => apply_system(op, p, a, b),
-                        ExecOp::User => match user {
-                            Some(f) => f(a, b)?,
-                            None => return Ok(false), // lent by the blocking caller only
-                        },
+                        ExecOp::User => user.expect("lent")(a, b)?,
                         ExecOp::None => {
                             return Err(Error::Request(
                                 "a reduction step without an operation".into(),
@@ -281,6 +298,33 @@ impl Exec {
         }
     }
 
+    /// `bufs[a][a_off..+len]` to read and `bufs[b][b_off..+len]` to write (schedules
+    /// never let the two overlap).
+    fn ranges<'s>(
+        &self,
+        s: &'s mut State,
+        a: u16,
+        a_off: usize,
+        b: u16,
+        b_off: usize,
+        len: usize,
+    ) -> (&'s [u8], &'s mut [u8]) {
+        let (ra, rb) = (self.bufs[a as usize], self.bufs[b as usize]);
+        if a == b {
+            let v = s.regions.slice_mut(ra).expect("buffer");
+            if a_off < b_off {
+                let (x, y) = v.split_at_mut(b_off);
+                (&x[a_off..a_off + len], &mut y[..len])
+            } else {
+                let (x, y) = v.split_at_mut(a_off);
+                (&y[..len], &mut x[b_off..b_off + len])
+            }
+        } else {
+            let (x, y) = s.regions.pair(ra, rb).expect("two distinct buffers");
+            (&x[a_off..a_off + len], &mut y[b_off..b_off + len])
+        }
+    }
+
     /// Completes the posted operations if all are done; false while some are pending.
     fn fence(&mut self, s: &mut State) -> Result<bool> {
         if !self.posted.iter().all(|(k, _)| s.done.contains_key(k)) {
@@ -288,10 +332,9 @@ impl Exec {
         }
         for (k, dst) in self.posted.drain(..) {
             let done = s.done.remove(&k).expect("done");
-            let Some((b, off, len)) = dst else {
+            let Some((_, len)) = dst else {
                 continue;
             };
-            let data = s.owned_done.remove(&k).unwrap_or_default();
             match done {
                 Done::Recv(RecvOutcome::Received {
                     len: got,
@@ -304,41 +347,11 @@ impl Exec {
                             truncated_from.unwrap_or(got)
                         )));
                     }
-                    self.bufs[b][off..off + len].copy_from_slice(&data[..len]);
-                    s.colls.pool.give(data);
                 }
                 _ => return Err(Error::Request("collective: a receive was cancelled".into())),
             }
         }
         Ok(true)
-    }
-}
-
-/// `bufs[a][a_off..+len]` to read and `bufs[b][b_off..+len]` to write (schedules never
-/// let the two overlap).
-fn ranges(
-    bufs: &mut [Vec<u8>],
-    a: usize,
-    a_off: usize,
-    b: usize,
-    b_off: usize,
-    len: usize,
-) -> (&[u8], &mut [u8]) {
-    if a == b {
-        let v = &mut bufs[a][..];
-        if a_off < b_off {
-            let (x, y) = v.split_at_mut(b_off);
-            (&x[a_off..a_off + len], &mut y[..len])
-        } else {
-            let (x, y) = v.split_at_mut(a_off);
-            (&y[..len], &mut x[b_off..b_off + len])
-        }
-    } else if a < b {
-        let (x, y) = bufs.split_at_mut(b);
-        (&x[a][a_off..a_off + len], &mut y[0][b_off..b_off + len])
-    } else {
-        let (x, y) = bufs.split_at_mut(a);
-        (&y[0][a_off..a_off + len], &mut x[b][b_off..b_off + len])
     }
 }
 
@@ -351,7 +364,7 @@ pub(crate) fn start(
     input: Vec<u8>,
     op: ExecOp,
 ) -> Key {
-    let e = Exec::new(s, comm, sched, input, op);
+    let e = Exec::new(s, comm, sched, input, None, op);
     s.colls.next += 1;
     let id = s.colls.next;
     s.colls.active.push((id, e));

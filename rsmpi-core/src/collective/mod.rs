@@ -76,10 +76,34 @@ fn run(
     input: Vec<u8>,
     op: Prepared<'_>,
 ) -> Result<Vec<u8>> {
+    drive(comm, sched, input, op, None)
+}
+
+/// Runs a collective whose result lands straight in `out` (exactly the result's
+/// size; for a broadcast also the root's input, with `input` empty).
+fn run_into(
+    comm: &SimpleCommunicator,
+    sched: Schedule,
+    input: Vec<u8>,
+    op: Prepared<'_>,
+    out: &mut [u8],
+) -> Result<()> {
+    transport::mem::lend_mut(&progress::HOST, out, |region| {
+        drive(comm, sched, input, op, Some(region)).map(recycle)
+    })
+}
+
+fn drive(
+    comm: &SimpleCommunicator,
+    sched: Schedule,
+    input: Vec<u8>,
+    op: Prepared<'_>,
+    out: Option<transport::mem::RegionId>,
+) -> Result<Vec<u8>> {
     comm.check_live()?;
     let (kind, user) = op;
     let user = user.as_deref();
-    let mut e = progress::with(|s| exec::Exec::new(s, comm, sched, input, kind));
+    let mut e = progress::with(|s| exec::Exec::new(s, comm, sched, input, out, kind));
     let mut backoff = progress::Backoff::new();
     loop {
         let out = progress::with(|s| -> Result<Option<Vec<u8>>> {
@@ -552,6 +576,13 @@ fn finish_into<R: BufferMut + ?Sized>(
     p: Plan<'_>,
     r: &mut R,
 ) -> Result<()> {
+    let (rb, off, len) = p.sched.result;
+    if off == 0 && len > 0 && p.sched.bufs[rb.0 as usize] == len {
+        if let Some(bytes) = r.rsmpi_direct().filter(|b| b.len() == len) {
+            // plain contiguous data of exactly the result's size: the result lands there
+            return run_into(c, p.sched, p.input, p.op, bytes);
+        }
+    }
     let out = run(c, p.sched, p.input, p.op)?;
     let res = if out.is_empty() {
         Ok(())
@@ -1050,6 +1081,19 @@ pub trait Root: AsCommunicator {
     /// The root's `buffer` on every rank (`MPI_Bcast`).
     fn broadcast_into<Buf: BufferMut + ?Sized>(&self, buffer: &mut Buf) {
         let (c, root) = self.rsmpi_root();
+        let e = elem(&buffer.rsmpi_datatype());
+        if let Some(bytes) = buffer.rsmpi_direct() {
+            // the buffer itself is the schedule's: the root's data leaves from it and
+            // everyone else's lands in it
+            let (rank, size) = me(&c);
+            check_root(&c, root)
+                .and_then(|root| {
+                    let s = sched::bcast(rank, size, root, bytes.len(), e);
+                    run_into(&c, s, Vec::new(), no_op(), bytes)
+                })
+                .unwrap_or_else(|e| fail("broadcast", e));
+            return;
+        }
         plan_bcast(&c, root, buffer)
             .and_then(|p| finish_into(&c, p, buffer))
             .unwrap_or_else(|e| fail("broadcast", e))
