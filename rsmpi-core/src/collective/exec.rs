@@ -78,6 +78,13 @@ impl Pool {
     }
 }
 
+/// A schedule's first buffer: the library's copy of the contribution, or the caller's
+/// own bytes lent for a blocking collective (never written: `Schedule::writes_input`).
+pub(crate) enum Input {
+    Owned(Vec<u8>),
+    Lent(RegionId),
+}
+
 /// A receive's buffer index and length, checked at the fence.
 type Landing = (usize, usize);
 
@@ -92,6 +99,8 @@ pub(crate) struct Exec {
     bufs: Vec<RegionId>,
     /// The buffer lent by the caller (the result lands there), not the library's.
     lent: Option<usize>,
+    /// Whether `bufs[0]` is the caller's lent contribution.
+    lent_input: bool,
     /// Posted operations since the last fence: key, and where a receive lands.
     posted: Vec<(Key, Option<Landing>)>,
     op: ExecOp,
@@ -124,7 +133,7 @@ impl Exec {
         s: &mut State,
         comm: &SimpleCommunicator,
         sched: Rc<Schedule>,
-        input: Vec<u8>,
+        input: Input,
         out: Option<RegionId>,
         op: ExecOp,
     ) -> Exec {
@@ -132,28 +141,45 @@ impl Exec {
         let tag = (*seq & 0xf_ffff) as i32;
         *seq = seq.wrapping_add(1);
         let lent = out.map(|_| sched.result.0 .0 as usize);
-        let mut input = Some(input);
+        let (mut owned_in, mut lent_in) = match input {
+            Input::Owned(v) => (Some(v), None),
+            Input::Lent(r) => (None, Some(r)),
+        };
+        if lent == Some(0) {
+            // the result is the first buffer (a broadcast, or a reduction of one rank):
+            // the caller's result buffer is it, holding the contribution if there is one
+            let out = out.expect("lent");
+            if let Some(r) = lent_in.take() {
+                if let Some((a, b)) = s.regions.pair(r, out) {
+                    let k = a.len().min(b.len());
+                    b[..k].copy_from_slice(&a[..k]);
+                }
+            } else if let Some(v) = owned_in.take().filter(|v| !v.is_empty()) {
+                let b = s.regions.slice_mut(out).expect("lent");
+                let k = v.len().min(b.len());
+                b[..k].copy_from_slice(&v[..k]);
+            }
+        }
+        let lent_input = lent_in.is_some();
         let bufs = sched
             .bufs
             .iter()
             .enumerate()
             .map(|(i, &n)| {
                 if lent == Some(i) {
-                    let out = out.expect("lent");
-                    if let Some(v) = input.take().filter(|v| i == 0 && !v.is_empty()) {
-                        // the input lives in the result buffer (a reduction of one rank)
-                        let b = s.regions.slice_mut(out).expect("lent");
-                        let k = v.len().min(b.len());
-                        b[..k].copy_from_slice(&v[..k]);
-                    }
-                    return out;
+                    return out.expect("lent");
                 }
-                let b = match input.take_if(|v| i == 0 && v.len() == n) {
+                if i == 0 {
+                    if let Some(r) = lent_in.take() {
+                        return r;
+                    }
+                }
+                let b = match owned_in.take_if(|v| i == 0 && v.len() == n) {
                     Some(v) => v,
                     None => {
                         let mut b = s.colls.pool.take(n);
                         let v = if i == 0 {
-                            input.take().unwrap_or_default()
+                            owned_in.take().unwrap_or_default()
                         } else {
                             Vec::new()
                         };
@@ -173,6 +199,7 @@ impl Exec {
             pc: 0,
             bufs,
             lent,
+            lent_input,
             posted: Vec::new(),
             op,
             scratch: Vec::new(),
@@ -204,23 +231,33 @@ impl Exec {
     fn finish(&mut self, s: &mut State) -> Vec<u8> {
         let (b, off, len) = self.sched.result;
         let b = b.0 as usize;
-        let mut out = Vec::new();
-        for (i, id) in self.bufs.drain(..).enumerate() {
-            if self.lent == Some(i) {
+        let mine = |i: usize| self.lent == Some(i) || (i == 0 && self.lent_input);
+        let mut out = None;
+        if self.lent == Some(b) {
+            out = Some(Vec::new()); // already in the caller's buffer
+        } else if mine(b) {
+            // the result is the caller's lent contribution, unchanged (one rank)
+            let mut v = s.colls.pool.take(len);
+            v.copy_from_slice(&s.regions.slice(self.bufs[b]).expect("lent")[off..off + len]);
+            out = Some(v);
+        }
+        for (i, id) in std::mem::take(&mut self.bufs).into_iter().enumerate() {
+            if mine(i) {
                 continue; // the caller's
             }
             let v = s.regions.take_owned(id).expect("an owned buffer");
-            if i != b {
-                s.colls.pool.give(v);
-            } else if off == 0 && len == v.len() {
-                out = v;
-            } else {
-                out = s.colls.pool.take(len);
-                out.copy_from_slice(&v[off..off + len]);
-                s.colls.pool.give(v);
+            if i == b && out.is_none() {
+                if off == 0 && len == v.len() {
+                    out = Some(v);
+                    continue;
+                }
+                let mut r = s.colls.pool.take(len);
+                r.copy_from_slice(&v[off..off + len]);
+                out = Some(r);
             }
+            s.colls.pool.give(v);
         }
-        out
+        out.unwrap_or_default()
     }
 
     fn run(&mut self, s: &mut State, user: Option<&Reducer<'_>>) -> Result<bool> {
@@ -364,7 +401,7 @@ pub(crate) fn start(
     input: Vec<u8>,
     op: ExecOp,
 ) -> Key {
-    let e = Exec::new(s, comm, sched, input, None, op);
+    let e = Exec::new(s, comm, sched, Input::Owned(input), None, op);
     s.colls.next += 1;
     let id = s.colls.next;
     s.colls.active.push((id, e));

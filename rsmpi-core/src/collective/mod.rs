@@ -46,6 +46,7 @@ use crate::request::{Data, Pending, Request, Scope, StaticScope};
 use crate::topology::{fail, AsCommunicator, Communicator, Process, Rank, SimpleCommunicator};
 use exec::ExecOp;
 use ops::Reducer;
+use std::borrow::Cow;
 use std::rc::Rc;
 
 /// A schedule, shared between the cache and its executions.
@@ -73,10 +74,10 @@ fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp)
 fn run(
     comm: &SimpleCommunicator,
     sched: Schedule,
-    input: Vec<u8>,
+    input: Cow<'_, [u8]>,
     op: Prepared<'_>,
 ) -> Result<Vec<u8>> {
-    drive(comm, sched, input, op, None)
+    lend_input(comm, sched, input, op, None)
 }
 
 /// Runs a collective whose result lands straight in `out` (exactly the result's
@@ -84,19 +85,41 @@ fn run(
 fn run_into(
     comm: &SimpleCommunicator,
     sched: Schedule,
-    input: Vec<u8>,
+    input: Cow<'_, [u8]>,
     op: Prepared<'_>,
     out: &mut [u8],
 ) -> Result<()> {
     transport::mem::lend_mut(&progress::HOST, out, |region| {
-        drive(comm, sched, input, op, Some(region)).map(recycle)
+        lend_input(comm, sched, input, op, Some(region)).map(recycle)
     })
+}
+
+/// Lends the caller's contribution to the schedule as its first buffer where it can
+/// (its own bytes, of the buffer's size, in a schedule that never writes that
+/// buffer), else hands over a copy.
+fn lend_input(
+    comm: &SimpleCommunicator,
+    sched: Schedule,
+    input: Cow<'_, [u8]>,
+    op: Prepared<'_>,
+    out: Option<transport::mem::RegionId>,
+) -> Result<Vec<u8>> {
+    match input {
+        Cow::Borrowed(b)
+            if sched.bufs.first() == Some(&b.len()) && !b.is_empty() && !sched.writes_input() =>
+        {
+            transport::mem::lend(&progress::HOST, b, |region| {
+                drive(comm, sched, exec::Input::Lent(region), op, out)
+            })
+        }
+        other => drive(comm, sched, exec::Input::Owned(owned(other)), op, out),
+    }
 }
 
 fn drive(
     comm: &SimpleCommunicator,
     sched: Schedule,
-    input: Vec<u8>,
+    input: exec::Input,
     op: Prepared<'_>,
     out: Option<transport::mem::RegionId>,
 ) -> Result<Vec<u8>> {
@@ -122,10 +145,10 @@ fn drive(
 
 /// Bytes the collective may keep: a buffer of the pool holding a borrowed buffer's
 /// data (no fresh memory to fault in for every call of a loop).
-fn owned(b: std::borrow::Cow<'_, [u8]>) -> Vec<u8> {
+fn owned(b: Cow<'_, [u8]>) -> Vec<u8> {
     match b {
-        std::borrow::Cow::Owned(v) => v,
-        std::borrow::Cow::Borrowed(b) => progress::with(|s| {
+        Cow::Owned(v) => v,
+        Cow::Borrowed(b) => progress::with(|s| {
             let mut v = s.colls.pool.take(b.len());
             v.copy_from_slice(b);
             v
@@ -147,7 +170,7 @@ fn request<'a, D: ?Sized, Sc>(
 ) -> Result<Request<'a, D, Sc>> {
     // user operations of immediate collectives run in `post` (see `defer_user`)
     debug_assert!(p.op.1.is_none(), "an immediate collective lends no reducer");
-    let key = start(comm, p.sched, p.input, p.op.0)?;
+    let key = start(comm, p.sched, owned(p.input), p.op.0)?;
     let mut r = Request::new(Pending::new(key, 0, 0, comm.ctx), data);
     r.coll_post = post;
     Ok(r)
@@ -235,17 +258,19 @@ fn check_blocks(counts: &[Count], n: usize) -> Result<()> {
 
 struct Plan<'a> {
     sched: Schedule,
-    input: Vec<u8>,
+    /// The contribution (`bufs[0]`): the caller's own bytes where they are plain
+    /// contiguous data (a blocking collective lends them to the schedule), else a copy.
+    input: Cow<'a, [u8]>,
     op: Prepared<'a>,
 }
 
-fn plan_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+fn plan_all_gather<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     c: &SimpleCommunicator,
-    s: &S,
+    s: &'a S,
     r: &R,
-) -> Result<Plan<'static>> {
+) -> Result<Plan<'a>> {
     let (rank, size) = me(c);
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     fits(input.len() * size as usize, r.rsmpi_capacity())?;
     Ok(Plan {
         sched: sched::allgather(rank, size, input.len()),
@@ -254,14 +279,14 @@ fn plan_all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     })
 }
 
-fn plan_all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+fn plan_all_gather_varcount<'a, S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
     c: &SimpleCommunicator,
-    s: &S,
+    s: &'a S,
     r: &R,
-) -> Result<Plan<'static>> {
+) -> Result<Plan<'a>> {
     let (rank, size) = me(c);
     check_blocks(r.counts(), size as usize)?;
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     let counts = byte_counts(r.counts(), &r.rsmpi_datatype());
     if counts[rank as usize] != input.len() {
         return Err(Error::Request(format!(
@@ -277,13 +302,13 @@ fn plan_all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized
     })
 }
 
-fn plan_all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+fn plan_all_to_all<'a, S: Buffer + ?Sized, R: BufferMut + ?Sized>(
     c: &SimpleCommunicator,
-    s: &S,
+    s: &'a S,
     r: &R,
-) -> Result<Plan<'static>> {
+) -> Result<Plan<'a>> {
     let (rank, size) = me(c);
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     if input.len() % size as usize != 0 {
         return Err(Error::Request(format!(
             "all_to_all: {} bytes do not split into {size} equal blocks",
@@ -306,7 +331,7 @@ fn plan_all_to_all_varcount<S: PartitionedBuffer + ?Sized, R: PartitionedBufferM
 ) -> Result<Plan<'static>> {
     let (rank, size) = me(c);
     check_blocks(r.counts(), size as usize)?;
-    let input = pack_blocks(s, size as usize)?;
+    let input = Cow::Owned(pack_blocks(s, size as usize)?);
     let sc = byte_counts(s.counts(), &s.rsmpi_datatype());
     let rc = byte_counts(r.counts(), &r.rsmpi_datatype());
     Ok(Plan {
@@ -317,17 +342,17 @@ fn plan_all_to_all_varcount<S: PartitionedBuffer + ?Sized, R: PartitionedBufferM
 }
 
 fn plan_reduction<'a, S: Buffer + ?Sized, O: Operation + 'a>(
-    s: &S,
+    s: &'a S,
     op: O,
     build: impl FnOnce(usize, usize, bool) -> Schedule,
 ) -> Result<Plan<'a>> {
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     plan_reduction_of(input, s.rsmpi_datatype().into_owned(), op, build)
 }
 
 /// A reduction of `input` (packed elements of `dt`).
 fn plan_reduction_of<'a, O: Operation + 'a>(
-    input: Vec<u8>,
+    input: Cow<'a, [u8]>,
     dt: UserDatatype,
     op: O,
     build: impl FnOnce(usize, usize, bool) -> Schedule,
@@ -348,7 +373,7 @@ fn plan_in_place<'a, R: BufferMut + ?Sized, O: Operation + 'a>(
     op: O,
     build: impl FnOnce(usize, usize, bool) -> Schedule,
 ) -> Result<Plan<'a>> {
-    let input = buf.rsmpi_read()?;
+    let input = Cow::Owned(buf.rsmpi_read()?);
     plan_reduction_of(input, buf.rsmpi_datatype().into_owned(), op, build)
 }
 
@@ -440,11 +465,11 @@ fn plan_bcast<B: BufferMut + ?Sized>(
     let (rank, size) = me(c);
     let root = check_root(c, root)?;
     let len = b.rsmpi_capacity();
-    let input = if rank == root {
+    let input = Cow::Owned(if rank == root {
         b.rsmpi_read()?
     } else {
         Vec::new()
-    };
+    });
     let e = elem(&b.rsmpi_datatype());
     Ok(Plan {
         sched: sched::bcast(rank, size, root, len, e),
@@ -453,15 +478,15 @@ fn plan_bcast<B: BufferMut + ?Sized>(
     })
 }
 
-fn plan_gather<S: Buffer + ?Sized>(
+fn plan_gather<'a, S: Buffer + ?Sized>(
     c: &SimpleCommunicator,
     root: Rank,
-    s: &S,
+    s: &'a S,
     cap: Option<usize>,
-) -> Result<Plan<'static>> {
+) -> Result<Plan<'a>> {
     let (rank, size) = me(c);
     let root = check_root(c, root)?;
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     if let Some(cap) = cap {
         fits(input.len() * size as usize, cap)?;
     }
@@ -472,15 +497,15 @@ fn plan_gather<S: Buffer + ?Sized>(
     })
 }
 
-fn plan_gatherv<S: Buffer + ?Sized>(
+fn plan_gatherv<'a, S: Buffer + ?Sized>(
     c: &SimpleCommunicator,
     root: Rank,
-    s: &S,
+    s: &'a S,
     counts: Option<Vec<usize>>,
-) -> Result<Plan<'static>> {
+) -> Result<Plan<'a>> {
     let (rank, size) = me(c);
     let root = check_root(c, root)?;
-    let input = s.rsmpi_send().map(owned)?;
+    let input = s.rsmpi_send()?;
     let counts = match counts {
         Some(c) => {
             check_blocks_len(&c, size as usize)?;
@@ -539,7 +564,7 @@ fn plan_scatter(
     };
     Ok(Plan {
         sched: sched::scatter(rank, size, root, block),
-        input,
+        input: Cow::Owned(input),
         op: no_op(),
     })
 }
@@ -565,7 +590,7 @@ fn plan_scatterv(
     };
     Ok(Plan {
         sched: sched::scatterv(rank, size, root, &counts),
-        input,
+        input: Cow::Owned(input),
         op: no_op(),
     })
 }
@@ -654,8 +679,13 @@ pub trait CommunicatorCollectives: Communicator {
     fn barrier(&self) {
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
-        run(&c, sched::barrier(rank, size), Vec::new(), no_op())
-            .unwrap_or_else(|e| fail("barrier", e));
+        run(
+            &c,
+            sched::barrier(rank, size),
+            Cow::Owned(Vec::new()),
+            no_op(),
+        )
+        .unwrap_or_else(|e| fail("barrier", e));
     }
 
     /// Every rank's `sendbuf`, concatenated in rank order into `recvbuf` on every rank
@@ -688,7 +718,7 @@ pub trait CommunicatorCollectives: Communicator {
             let out = run(
                 &c,
                 sched::allgather(c.rank as u32, size as u32, b),
-                mine,
+                Cow::Owned(mine),
                 no_op(),
             )?;
             buf.rsmpi_unpack(&out)
@@ -868,7 +898,7 @@ pub trait CommunicatorCollectives: Communicator {
         let (rank, size) = me(&c);
         let p = Plan {
             sched: sched::barrier(rank, size),
-            input: Vec::new(),
+            input: Cow::Owned(Vec::new()),
             op: no_op(),
         };
         request(&c, p, None, Data::Shared(&())).unwrap_or_else(|e| fail("ibarrier", e))
@@ -1089,7 +1119,7 @@ pub trait Root: AsCommunicator {
             check_root(&c, root)
                 .and_then(|root| {
                     let s = sched::bcast(rank, size, root, bytes.len(), e);
-                    run_into(&c, s, Vec::new(), no_op(), bytes)
+                    run_into(&c, s, Cow::Owned(Vec::new()), no_op(), bytes)
                 })
                 .unwrap_or_else(|e| fail("broadcast", e));
             return;
