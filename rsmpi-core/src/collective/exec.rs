@@ -217,10 +217,13 @@ impl Exec {
             Ok(false) => Ok(None),
             Ok(true) => Ok(Some(self.finish(s))),
             Err(err) => {
-                // the operations already posted may still land in the buffers: these
-                // stay in the table (a failing collective ends the job)
-                for (k, _) in self.posted.drain(..) {
-                    s.cancel(k);
+                // the operations already posted may still land in the buffers: the
+                // library's stay in the table, the caller's are waited for on drop
+                for (k, _) in &self.posted {
+                    s.cancel(*k);
+                }
+                if self.lent.is_none() && !self.lent_input {
+                    self.posted.clear();
                 }
                 Err(err)
             }
@@ -389,6 +392,28 @@ impl Exec {
             }
         }
         Ok(true)
+    }
+}
+
+/// A blocking collective left early (an error, or a panic in a user operation) may
+/// still have operations in flight on the caller's lent buffers: they are cancelled
+/// and waited for before the buffers go back to the caller. (Executions in the
+/// library state never hold lent buffers, so this never runs inside the state.)
+impl Drop for Exec {
+    fn drop(&mut self) {
+        if (self.lent.is_none() && !self.lent_input) || self.posted.is_empty() {
+            return;
+        }
+        let keys: Vec<Key> = self.posted.drain(..).map(|(k, _)| k).collect();
+        let live = crate::progress::try_with(|s| {
+            keys.iter().for_each(|&k| s.cancel(k));
+            s.run_outputs();
+        });
+        if live.is_ok() {
+            keys.into_iter().for_each(|k| {
+                crate::progress::wait(k);
+            });
+        }
     }
 }
 
