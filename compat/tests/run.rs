@@ -148,3 +148,64 @@ programs!(
     heat_1d,
     matvec,
 );
+
+/// The same programs started by MPICH's Hydra (`mpiexec.hydra`, used only as a
+/// launcher: the ranks start up over PMI-1). `.ci/run` installs Debian's `mpich`;
+/// elsewhere the test says so and passes when it is missing, unless `CI` is set.
+#[test]
+fn programs_under_mpich_hydra() {
+    let found = Command::new("mpiexec.hydra")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mpiexec.hydra is missing on CI (.ci/run installs Debian's mpich)"
+        );
+        eprintln!("mpiexec.hydra not installed (apt-get install mpich): not run");
+        return;
+    }
+    let _turn = ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let programs = [
+        ("coll_basic", env!("CARGO_BIN_EXE_coll_basic"), &[][..]),
+        (
+            "p2p_immediate",
+            env!("CARGO_BIN_EXE_p2p_immediate"),
+            &[][..],
+        ),
+        ("heat_1d", env!("CARGO_BIN_EXE_heat_1d"), &["-pmi-port"][..]),
+        (
+            "derive_struct",
+            env!("CARGO_BIN_EXE_derive_struct"),
+            &[][..],
+        ),
+    ];
+    for (name, exe, extra) in programs {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg("mpiexec.hydra")
+            .args(extra)
+            .args(["-n", "4", exe])
+            .stdin(Stdio::null())
+            .output()
+            .expect("mpiexec.hydra runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} under Hydra: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| *l == format!("{name} ok"))
+                .count(),
+            1,
+            "{name} under Hydra: {stdout}"
+        );
+    }
+}

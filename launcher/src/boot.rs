@@ -27,6 +27,8 @@ enum Kind {
     Remote(UnixStream),
     /// Started alone: a job of one rank, served locally.
     Single(HashMap<String, Vec<u8>>),
+    /// Started by a PMI-1 launcher (MPICH's `mpiexec`).
+    Pmi(crate::pmi::Pmi),
 }
 
 fn exch(msg: impl Into<String>) -> TransportError {
@@ -48,7 +50,7 @@ impl Boot {
     /// `rsmpirun` and should run as a singleton ([`Boot::singleton`]).
     pub fn from_env() -> Result<Option<Boot>, TransportError> {
         if std::env::var_os(ENV_RANK).is_none() {
-            return Ok(None);
+            return Boot::from_pmi();
         }
         let rank: Rank = var(ENV_RANK)?
             .parse()
@@ -99,6 +101,35 @@ impl Boot {
         }))
     }
 
+    /// A rank started by a PMI-1 launcher (MPICH's Hydra `mpiexec`, which sets
+    /// `PMI_FD` or `PMI_PORT`, `PMI_RANK` and `PMI_SIZE`); `Ok(None)` without one. The
+    /// job id is the launcher's key-value space name, made file-name safe.
+    fn from_pmi() -> Result<Option<Boot>, TransportError> {
+        let Some(pmi) = crate::pmi::Pmi::from_env()? else {
+            return Ok(None);
+        };
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+        let job_id: String = pmi
+            .kvsname
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Ok(Some(Boot {
+            rank: pmi.rank,
+            size: pmi.size,
+            job_id: format!("pmi-{job_id}"),
+            transport: std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "shm".into()),
+            kind: Kind::Pmi(pmi),
+        }))
+    }
+
     /// A job of one rank that is not attached to any launcher: `publish` stores
     /// locally, `fence` returns at once, and the job id is `single-{pid}-{random}`.
     ///
@@ -140,13 +171,29 @@ impl Boot {
     /// Ends the whole job: tells the launcher (which stops every other rank and exits
     /// with `code`), prints `msg` to stderr and exits this process with `code`.
     pub fn abort(&mut self, code: i32, msg: &str) -> ! {
-        if let Kind::Remote(s) = &mut self.kind {
-            // Wait (briefly) for the acknowledgement so that the launcher knows about
-            // the abort before this process's exit status reaches it.
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            if proto::write_frame(s, proto::ABORT, &[&code.to_le_bytes(), msg.as_bytes()]).is_ok() {
-                let _ = proto::read_frame(s);
+        match &mut self.kind {
+            Kind::Remote(s) => {
+                // Wait (briefly) for the acknowledgement so that the launcher knows
+                // about the abort before this process's exit status reaches it.
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                if proto::write_frame(s, proto::ABORT, &[&code.to_le_bytes(), msg.as_bytes()])
+                    .is_ok()
+                {
+                    let _ = proto::read_frame(s);
+                }
             }
+            Kind::Pmi(p) => {
+                // the launcher kills the job as soon as it hears: say why first
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "rsmpi: rank {} aborted the job with code {code}: {msg}",
+                    self.rank
+                );
+                p.abort(code, msg);
+                std::thread::sleep(Duration::from_secs(5));
+                std::process::exit(code)
+            }
+            Kind::Single(_) => {}
         }
         let _ = writeln!(
             std::io::stderr(),
@@ -163,6 +210,14 @@ impl Boot {
         proto::write_frame(s, kind, parts).map_err(os("write(RSMPI_KVS)"))?;
         read_reply(s)
     }
+}
+
+/// The PMI key of `key` published by `rank` (keys are one space of the job).
+fn pmi_key(rank: Rank, key: &str) -> Result<String, TransportError> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_graphic() && b != b'=') {
+        return Err(exch(format!("key {key:?} cannot travel through PMI")));
+    }
+    Ok(format!("r{rank}-{key}"))
 }
 
 fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>, TransportError> {
@@ -194,9 +249,14 @@ impl Exchange for Boot {
     }
 
     fn publish(&mut self, key: &str, value: &[u8]) -> Result<(), TransportError> {
-        if let Kind::Single(kv) = &mut self.kind {
-            kv.insert(key.to_owned(), value.to_vec());
-            return Ok(());
+        let rank = self.rank;
+        match &mut self.kind {
+            Kind::Single(kv) => {
+                kv.insert(key.to_owned(), value.to_vec());
+                return Ok(());
+            }
+            Kind::Pmi(p) => return p.put(&pmi_key(rank, key)?, value),
+            Kind::Remote(_) => {}
         }
         let klen = u32::try_from(key.len()).map_err(|_| exch("key too long"))?;
         self.request(
@@ -207,8 +267,10 @@ impl Exchange for Boot {
     }
 
     fn fence(&mut self) -> Result<(), TransportError> {
-        if let Kind::Single(_) = self.kind {
-            return Ok(());
+        match &mut self.kind {
+            Kind::Single(_) => return Ok(()),
+            Kind::Pmi(p) => return p.barrier(),
+            Kind::Remote(_) => {}
         }
         self.request(proto::FENCE, &[])?;
         Ok(())
@@ -218,11 +280,15 @@ impl Exchange for Boot {
         if rank >= self.size {
             return Err(TransportError::NoSuchRank(rank));
         }
-        if let Kind::Single(kv) = &self.kind {
-            return kv
-                .get(key)
-                .cloned()
-                .ok_or_else(|| exch(format!("rank {rank} has not published key {key:?}")));
+        match &mut self.kind {
+            Kind::Single(kv) => {
+                return kv
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| exch(format!("rank {rank} has not published key {key:?}")))
+            }
+            Kind::Pmi(p) => return p.get(&pmi_key(rank, key)?),
+            Kind::Remote(_) => {}
         }
         self.request(proto::LOOKUP, &[&rank.to_le_bytes(), key.as_bytes()])
     }

@@ -98,9 +98,12 @@
 //! serves such a connection. Requests on one connection are answered in order; a
 //! lookup is answered at once (after a fence, everything published before it by any
 //! rank is there).
-#![forbid(unsafe_code)]
+// One `unsafe` block: taking ownership of the socket a PMI launcher passes as
+// `PMI_FD` (`pmi::adopt_fd`), an FFI boundary.
+#![deny(unsafe_code)]
 
 mod boot;
+mod pmi;
 mod proto;
 mod run;
 mod server;

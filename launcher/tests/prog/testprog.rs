@@ -11,6 +11,8 @@
 //!   `/dev/shm/rsmpi-{job_id}-test{R}`, and fences; then rank `RANK` fails `HOW`
 //!   (`panic`, `abort`, `exit`, `sigabrt`, or `none`) while rank 0 sleeps, rank 2 ignores
 //!   SIGTERM and blocks in a fence, and the others block in a fence.
+//! * `abort-last` — the last rank aborts with code 7 while the others wait in a fence
+//!   (then sleep): the launcher must end the job.
 //! * `wait-go DIR` — publishes; rank 0 writes `RSMPI_KVS` to `DIR/kvs` and waits for
 //!   `DIR/go` to exist; then like `kvs`.
 #![forbid(unsafe_code)]
@@ -41,6 +43,15 @@ fn main() {
             std::process::exit(code);
         }
         Some("fail") => fail(Path::new(&args[1]), &args[2], args[3].parse().unwrap()),
+        Some("abort-last") => {
+            // the last rank aborts the job while the others wait in a fence
+            let mut b = Boot::init().expect("boot");
+            if b.rank() + 1 == b.size() {
+                b.abort(7, "testprog abort-last");
+            }
+            let _ = b.fence();
+            std::thread::sleep(Duration::from_secs(30));
+        }
         Some("wait-go") => {
             let dir = PathBuf::from(&args[1]);
             let mut b = Boot::init().expect("boot");

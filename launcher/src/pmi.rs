@@ -1,0 +1,302 @@
+//! A PMI-1 client: the text protocol that MPICH's Hydra (`mpiexec`) serves to the
+//! processes it starts, over an inherited socket (`PMI_FD`) or a TCP port
+//! (`PMI_PORT`, with `PMI_ID`). rsmpi ranks use it for their rank, the job size and the
+//! start-up exchange when they were started by such a launcher.
+//!
+//! The protocol: one request per line, `cmd=NAME key=value …`, each answered by one
+//! line (`init` → `response_to_init`, `get_maxes` → `maxes`, `get_my_kvsname` →
+//! `my_kvsname`, `put` → `put_result`, `barrier_in` → `barrier_out`, `get` →
+//! `get_result`, `finalize` → `finalize_ack`; `abort` has no answer). Values may not
+//! contain spaces, so published bytes travel hex-encoded.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+
+use transport::TransportError;
+
+/// The environment variables of a PMI-1 launcher.
+pub const ENV_PMI_FD: &str = "PMI_FD";
+pub const ENV_PMI_PORT: &str = "PMI_PORT";
+pub const ENV_PMI_ID: &str = "PMI_ID";
+pub const ENV_PMI_RANK: &str = "PMI_RANK";
+pub const ENV_PMI_SIZE: &str = "PMI_SIZE";
+/// Set by Slurm's PMI-2 plugin (`srun --mpi=pmi2`), not by Hydra.
+pub const ENV_PMI_JOBID: &str = "PMI_JOBID";
+
+fn exch(msg: impl Into<String>) -> TransportError {
+    TransportError::Exchange(msg.into())
+}
+
+/// The connection to the launcher's PMI server.
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn reader(&self) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        Ok(match self {
+            Conn::Unix(s) => Box::new(s.try_clone()?),
+            Conn::Tcp(s) => Box::new(s.try_clone()?),
+        })
+    }
+    fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.write_all(b),
+            Conn::Tcp(s) => s.write_all(b),
+        }
+    }
+}
+
+/// A PMI-1 session.
+pub(crate) struct Pmi {
+    conn: Conn,
+    reader: BufReader<Box<dyn std::io::Read + Send>>,
+    pub rank: u32,
+    pub size: u32,
+    pub kvsname: String,
+    vallen_max: usize,
+    finalized: bool,
+}
+
+impl std::fmt::Debug for Pmi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pmi")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("kvsname", &self.kvsname)
+            .finish()
+    }
+}
+
+fn env_num(name: &str) -> Result<u32, TransportError> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| exch(format!("{name} is not set to a number")))
+}
+
+/// Takes the socket the launcher passed as file descriptor `fd`.
+#[allow(unsafe_code)]
+fn adopt_fd(fd: i32) -> Result<UnixStream, TransportError> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // refuse anything that is not an open socket before taking ownership
+    let borrowed = rustix::fs::fstat(
+        // SAFETY: `fd` is only borrowed for this `fstat`; it is checked to be open
+        // (fstat fails otherwise) before anything else uses it.
+        unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) },
+    )
+    .map_err(|e| exch(format!("{ENV_PMI_FD}={fd} is not an open descriptor: {e}")))?;
+    if rustix::fs::FileType::from_raw_mode(borrowed.st_mode) != rustix::fs::FileType::Socket {
+        return Err(exch(format!("{ENV_PMI_FD}={fd} is not a socket")));
+    }
+    // SAFETY: the launcher passed this descriptor to this process for the PMI session
+    // alone (that is what PMI_FD means); it is open and a socket (checked above), and
+    // this is the only place that takes it: `Boot::from_env` runs once per process
+    // (MPI is initialized once) and nothing else in rsmpi reads PMI_FD.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(UnixStream::from(owned))
+}
+
+impl Pmi {
+    /// Connects when the environment names a PMI-1 launcher; `Ok(None)` otherwise.
+    pub fn from_env() -> Result<Option<Pmi>, TransportError> {
+        let fd = std::env::var(ENV_PMI_FD).ok();
+        let port = std::env::var(ENV_PMI_PORT).ok();
+        if fd.is_none() && port.is_none() {
+            return Ok(None);
+        }
+        if std::env::var_os(ENV_PMI_JOBID).is_some() {
+            return Err(exch(
+                "started by a PMI-2 launcher (srun --mpi=pmi2): rsmpi speaks PMI-1 \
+                 (MPICH's mpiexec) and its own rsmpirun; PMI-2 is not supported yet",
+            ));
+        }
+        let mut conn = match (fd, port) {
+            (Some(fd), _) => {
+                let fd: i32 = fd
+                    .trim()
+                    .parse()
+                    .map_err(|_| exch(format!("{ENV_PMI_FD} is not a number")))?;
+                Conn::Unix(adopt_fd(fd)?)
+            }
+            (None, Some(port)) => {
+                let s = TcpStream::connect(port.trim())
+                    .map_err(|e| exch(format!("{ENV_PMI_PORT}={port}: {e}")))?;
+                Conn::Tcp(s)
+            }
+            (None, None) => unreachable!(),
+        };
+        let pmi_id = std::env::var(ENV_PMI_ID).ok();
+        if let Some(id) = &pmi_id {
+            // with PMI_PORT the process says who it is first
+            conn.write_all(format!("cmd=initack pmiid={}\n", id.trim()).as_bytes())
+                .map_err(|e| exch(format!("PMI initack: {e}")))?;
+        }
+        let reader = BufReader::new(conn.reader().map_err(|e| exch(format!("PMI: {e}")))?);
+        let mut p = Pmi {
+            conn,
+            reader,
+            rank: 0,
+            size: 0,
+            kvsname: String::new(),
+            vallen_max: 1024,
+            finalized: false,
+        };
+        let (mut rank, mut size) = (None, None);
+        if pmi_id.is_some() {
+            // the server answers `cmd=initack`, then `cmd=set` lines with the size, the
+            // rank and last the debug flag
+            for _ in 0..8 {
+                let l = p.read_line()?;
+                if let Some(v) = l.get("size") {
+                    size = v.parse().ok();
+                }
+                if let Some(v) = l.get("rank") {
+                    rank = v.parse().ok();
+                }
+                if l.get("debug").is_some() {
+                    break;
+                }
+            }
+        }
+        let rank = match rank {
+            Some(r) => r,
+            None => env_num(ENV_PMI_RANK)?,
+        };
+        let size = match size {
+            Some(n) => n,
+            None => env_num(ENV_PMI_SIZE)?,
+        };
+        if rank >= size {
+            return Err(exch(format!(
+                "PMI rank {rank} is not below the size {size}"
+            )));
+        }
+        (p.rank, p.size) = (rank, size);
+        let r = p.call(
+            "cmd=init pmi_version=1 pmi_subversion=1",
+            "response_to_init",
+        )?;
+        if r.get("rc").is_some_and(|rc| rc != "0") {
+            return Err(exch(format!("PMI init refused: {}", r.line)));
+        }
+        let m = p.call("cmd=get_maxes", "maxes")?;
+        if let Some(v) = m.get("vallen_max").and_then(|v| v.parse().ok()) {
+            p.vallen_max = v;
+        }
+        let k = p.call("cmd=get_my_kvsname", "my_kvsname")?;
+        p.kvsname = k
+            .get("kvsname")
+            .ok_or_else(|| exch("PMI answered without a kvsname"))?
+            .to_string();
+        Ok(Some(p))
+    }
+
+    fn read_line(&mut self) -> Result<Line, TransportError> {
+        let mut s = String::new();
+        let n = self
+            .reader
+            .read_line(&mut s)
+            .map_err(|e| exch(format!("PMI read: {e}")))?;
+        if n == 0 {
+            return Err(exch("the PMI server closed the connection"));
+        }
+        Ok(Line {
+            line: s.trim_end().to_string(),
+        })
+    }
+
+    /// Sends `req` and reads the answer, which must be `cmd=want`.
+    fn call(&mut self, req: &str, want: &str) -> Result<Line, TransportError> {
+        self.conn
+            .write_all(format!("{req}\n").as_bytes())
+            .map_err(|e| exch(format!("PMI write: {e}")))?;
+        let l = self.read_line()?;
+        match l.get("cmd") {
+            Some(c) if c == want => Ok(l),
+            _ => Err(exch(format!("PMI: `{req}` was answered by `{}`", l.line))),
+        }
+    }
+
+    /// Publishes `value` under `key` (hex-encoded).
+    pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(), TransportError> {
+        let v = crate::proto::hex(value);
+        if v.len() > self.vallen_max {
+            return Err(exch(format!(
+                "a start-up value of {} bytes exceeds the launcher's limit of {} hex digits",
+                value.len(),
+                self.vallen_max
+            )));
+        }
+        let req = format!("cmd=put kvsname={} key={key} value={v}", self.kvsname);
+        let r = self.call(&req, "put_result")?;
+        if r.get("rc").is_some_and(|rc| rc != "0") {
+            return Err(exch(format!("PMI put of {key} failed: {}", r.line)));
+        }
+        Ok(())
+    }
+
+    /// The collective barrier that also makes every `put` visible.
+    pub fn barrier(&mut self) -> Result<(), TransportError> {
+        self.call("cmd=barrier_in", "barrier_out").map(|_| ())
+    }
+
+    /// Reads `key`.
+    pub fn get(&mut self, key: &str) -> Result<Vec<u8>, TransportError> {
+        let req = format!("cmd=get kvsname={} key={key}", self.kvsname);
+        let r = self.call(&req, "get_result")?;
+        if r.get("rc").is_some_and(|rc| rc != "0") {
+            return Err(exch(format!("PMI has no value for {key}")));
+        }
+        let v = r.get("value").unwrap_or_default();
+        crate::proto::unhex(v).ok_or_else(|| exch(format!("PMI value of {key} is not hex")))
+    }
+
+    /// Asks the launcher to end the job with `code` (no answer comes).
+    pub fn abort(&mut self, code: i32, msg: &str) {
+        let msg: String = msg
+            .chars()
+            .map(|c| {
+                if c.is_whitespace() || c == '=' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .take(512)
+            .collect();
+        let _ = self
+            .conn
+            .write_all(format!("cmd=abort exitcode={code} error_msg={msg}\n").as_bytes());
+    }
+
+    /// Ends the session (`MPI_Finalize`).
+    pub fn finalize(&mut self) {
+        if !self.finalized {
+            self.finalized = true;
+            let _ = self.call("cmd=finalize", "finalize_ack");
+        }
+    }
+}
+
+impl Drop for Pmi {
+    fn drop(&mut self) {
+        self.finalize();
+    }
+}
+
+/// One answer line.
+struct Line {
+    line: String,
+}
+
+impl Line {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.line.split_whitespace().find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k == key).then_some(v)
+        })
+    }
+}
