@@ -169,22 +169,31 @@ fn programs_under_mpich_hydra() {
     let _turn = ONE_JOB_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // (program, extra mpiexec arguments, PMI version)
     let programs = [
-        ("coll_basic", env!("CARGO_BIN_EXE_coll_basic"), &[][..]),
+        ("coll_basic", env!("CARGO_BIN_EXE_coll_basic"), &[][..], "1"),
         (
             "p2p_immediate",
             env!("CARGO_BIN_EXE_p2p_immediate"),
             &[][..],
+            "1",
         ),
-        ("heat_1d", env!("CARGO_BIN_EXE_heat_1d"), &["-pmi-port"][..]),
+        (
+            "heat_1d",
+            env!("CARGO_BIN_EXE_heat_1d"),
+            &["-pmi-port"][..],
+            "1",
+        ),
         (
             "derive_struct",
             env!("CARGO_BIN_EXE_derive_struct"),
             &[][..],
+            "2",
         ),
     ];
-    for (name, exe, extra) in programs {
+    for (name, exe, extra, pmi) in programs {
         let out = Command::new("timeout")
+            .env("RSMPI_PMI", pmi)
             .arg("120")
             .arg("mpiexec.hydra")
             .args(extra)

@@ -8,8 +8,14 @@
 //! `my_kvsname`, `put` → `put_result`, `barrier_in` → `barrier_out`, `get` →
 //! `get_result`, `finalize` → `finalize_ack`; `abort` has no answer). Values may not
 //! contain spaces, so published bytes travel hex-encoded.
+//!
+//! PMI-2 (Slurm's `srun --mpi=pmi2`, which sets `PMI_JOBID`; or any launcher with
+//! `RSMPI_PMI=2`, Hydra included) chooses the version in PMI-1's format (`cmd=init
+//! pmi_version=2 pmi_subversion=0`) and then sends each command as a 6-digit length and
+//! a body `cmd=NAME;key=value;…;` (`fullinit`, `job-getid`, `kvs-put`, `kvs-fence`,
+//! `kvs-get`, `finalize`, `abort`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
@@ -58,6 +64,10 @@ pub(crate) struct Pmi {
     pub kvsname: String,
     vallen_max: usize,
     finalized: bool,
+    /// Speaking PMI-2 (length-prefixed `cmd=…;key=value;` messages).
+    v2: bool,
+    /// The PMI-2 job id (for `kvs-get`).
+    jobid: String,
 }
 
 impl std::fmt::Debug for Pmi {
@@ -107,12 +117,9 @@ impl Pmi {
         if fd.is_none() && port.is_none() {
             return Ok(None);
         }
-        if std::env::var_os(ENV_PMI_JOBID).is_some() {
-            return Err(exch(
-                "started by a PMI-2 launcher (srun --mpi=pmi2): rsmpi speaks PMI-1 \
-                 (MPICH's mpiexec) and its own rsmpirun; PMI-2 is not supported yet",
-            ));
-        }
+        // Slurm's PMI-2 plugin sets PMI_JOBID and speaks PMI-2 only; Hydra speaks both
+        let v2 = std::env::var_os(ENV_PMI_JOBID).is_some()
+            || std::env::var("RSMPI_PMI").is_ok_and(|v| v.trim() == "2");
         let mut conn = match (fd, port) {
             (Some(fd), _) => {
                 let fd: i32 = fd
@@ -143,6 +150,8 @@ impl Pmi {
             kvsname: String::new(),
             vallen_max: 1024,
             finalized: false,
+            v2,
+            jobid: String::new(),
         };
         let (mut rank, mut size) = (None, None);
         if pmi_id.is_some() {
@@ -175,6 +184,10 @@ impl Pmi {
             )));
         }
         (p.rank, p.size) = (rank, size);
+        if v2 {
+            p.init_v2()?;
+            return Ok(Some(p));
+        }
         let r = p.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
             "response_to_init",
@@ -192,6 +205,66 @@ impl Pmi {
             .ok_or_else(|| exch("PMI answered without a kvsname"))?
             .to_string();
         Ok(Some(p))
+    }
+
+    /// PMI-2 start-up: the version is chosen in PMI-1's wire format, then `fullinit`.
+    fn init_v2(&mut self) -> Result<(), TransportError> {
+        let r = self.call(
+            "cmd=init pmi_version=2 pmi_subversion=0",
+            "response_to_init",
+        )?;
+        if r.get("rc").is_some_and(|rc| rc != "0") || r.get("pmi_version") != Some("2") {
+            return Err(exch(format!(
+                "the launcher does not speak PMI-2: {}",
+                r.line
+            )));
+        }
+        let f = self.call2(
+            &format!("cmd=fullinit;pmirank={};threaded=FALSE;", self.rank),
+            "fullinit-response",
+        )?;
+        if let Some(v) = f.get("size").and_then(|v| v.parse().ok()) {
+            self.size = v;
+        }
+        if let Some(v) = f.get("rank").and_then(|v| v.parse().ok()) {
+            self.rank = v;
+        }
+        let j = self.call2("cmd=job-getid;", "job-getid-response")?;
+        self.jobid = j
+            .get("jobid")
+            .ok_or_else(|| exch("PMI-2 answered without a job id"))?
+            .to_string();
+        self.kvsname = self.jobid.clone();
+        // PMI-2's minimum value length (PMI2_MAX_VALLEN)
+        self.vallen_max = 1024;
+        Ok(())
+    }
+
+    /// Sends a PMI-2 command (6-digit length, then the body) and reads the answer,
+    /// which must be `cmd=want` with `rc=0`.
+    fn call2(&mut self, req: &str, want: &str) -> Result<Line, TransportError> {
+        self.conn
+            .write_all(format!("{:6}{req}", req.len()).as_bytes())
+            .map_err(|e| exch(format!("PMI write: {e}")))?;
+        let mut len = [0u8; 6];
+        self.reader
+            .read_exact(&mut len)
+            .map_err(|e| exch(format!("PMI-2 read: {e}")))?;
+        let n: usize = std::str::from_utf8(&len)
+            .ok()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| exch(format!("PMI-2: bad length {len:?}")))?;
+        let mut body = vec![0u8; n];
+        self.reader
+            .read_exact(&mut body)
+            .map_err(|e| exch(format!("PMI-2 read: {e}")))?;
+        let l = Line {
+            line: String::from_utf8_lossy(&body).replace(';', " "),
+        };
+        if l.get("cmd") != Some(want) || l.get("rc").is_some_and(|rc| rc != "0") {
+            return Err(exch(format!("PMI-2: `{req}` was answered by `{}`", l.line)));
+        }
+        Ok(l)
     }
 
     fn read_line(&mut self) -> Result<Line, TransportError> {
@@ -230,6 +303,14 @@ impl Pmi {
                 self.vallen_max
             )));
         }
+        if self.v2 {
+            return self
+                .call2(
+                    &format!("cmd=kvs-put;key={key};value={v};"),
+                    "kvs-put-response",
+                )
+                .map(|_| ());
+        }
         let req = format!("cmd=put kvsname={} key={key} value={v}", self.kvsname);
         let r = self.call(&req, "put_result")?;
         if r.get("rc").is_some_and(|rc| rc != "0") {
@@ -240,16 +321,31 @@ impl Pmi {
 
     /// The collective barrier that also makes every `put` visible.
     pub fn barrier(&mut self) -> Result<(), TransportError> {
+        if self.v2 {
+            return self
+                .call2("cmd=kvs-fence;", "kvs-fence-response")
+                .map(|_| ());
+        }
         self.call("cmd=barrier_in", "barrier_out").map(|_| ())
     }
 
     /// Reads `key`.
     pub fn get(&mut self, key: &str) -> Result<Vec<u8>, TransportError> {
-        let req = format!("cmd=get kvsname={} key={key}", self.kvsname);
-        let r = self.call(&req, "get_result")?;
-        if r.get("rc").is_some_and(|rc| rc != "0") {
-            return Err(exch(format!("PMI has no value for {key}")));
-        }
+        let r = if self.v2 {
+            let req = format!("cmd=kvs-get;jobid={};srcid=-1;key={key};", self.jobid);
+            let r = self.call2(&req, "kvs-get-response")?;
+            if r.get("found") != Some("TRUE") {
+                return Err(exch(format!("PMI has no value for {key}")));
+            }
+            r
+        } else {
+            let req = format!("cmd=get kvsname={} key={key}", self.kvsname);
+            let r = self.call(&req, "get_result")?;
+            if r.get("rc").is_some_and(|rc| rc != "0") {
+                return Err(exch(format!("PMI has no value for {key}")));
+            }
+            r
+        };
         let v = r.get("value").unwrap_or_default();
         crate::proto::unhex(v).ok_or_else(|| exch(format!("PMI value of {key} is not hex")))
     }
@@ -259,7 +355,7 @@ impl Pmi {
         let msg: String = msg
             .chars()
             .map(|c| {
-                if c.is_whitespace() || c == '=' {
+                if c.is_whitespace() || c == '=' || c == ';' {
                     '_'
                 } else {
                     c
@@ -267,16 +363,24 @@ impl Pmi {
             })
             .take(512)
             .collect();
-        let _ = self
-            .conn
-            .write_all(format!("cmd=abort exitcode={code} error_msg={msg}\n").as_bytes());
+        let req = if self.v2 {
+            let body = format!("cmd=abort;isworld=TRUE;msg={msg};");
+            format!("{:6}{body}", body.len())
+        } else {
+            format!("cmd=abort exitcode={code} error_msg={msg}\n")
+        };
+        let _ = self.conn.write_all(req.as_bytes());
     }
 
     /// Ends the session (`MPI_Finalize`).
     pub fn finalize(&mut self) {
         if !self.finalized {
             self.finalized = true;
-            let _ = self.call("cmd=finalize", "finalize_ack");
+            let _ = if self.v2 {
+                self.call2("cmd=finalize;", "finalize-response")
+            } else {
+                self.call("cmd=finalize", "finalize_ack")
+            };
         }
     }
 }

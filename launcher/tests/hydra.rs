@@ -1,6 +1,6 @@
 //! Ranks started by MPICH's Hydra (`mpiexec.hydra`, Debian's `mpich` package, used only
-//! as a launcher): the PMI-1 start-up over `PMI_FD` and over `PMI_PORT`, and an abort
-//! ending the job. `.ci/run` installs `mpich`; elsewhere the tests say so and pass when
+//! as a launcher): the PMI-1 start-up over `PMI_FD` and over `PMI_PORT`, PMI-2 (forced
+//! with `RSMPI_PMI=2`; Hydra serves both), and an abort ending the job. `.ci/run` installs `mpich`; elsewhere the tests say so and pass when
 //! it is missing, unless `CI` is set.
 
 use std::process::Command;
@@ -24,9 +24,10 @@ fn hydra() -> Option<&'static str> {
     None
 }
 
-fn run(args: &[&str]) -> (i32, String, String, Duration) {
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String, Duration) {
     let t = Instant::now();
     let out = Command::new("timeout")
+        .envs(env.iter().copied())
         .arg("60")
         .arg(hydra().expect("checked"))
         .args(args)
@@ -40,14 +41,14 @@ fn run(args: &[&str]) -> (i32, String, String, Duration) {
     )
 }
 
-fn check_kvs(extra: &[&str], n: u32) {
+fn check_kvs(extra: &[&str], env: &[(&str, &str)], n: u32) {
     if hydra().is_none() {
         return;
     }
     let np = n.to_string();
     let mut args: Vec<&str> = extra.to_vec();
     args.extend(["-n", &np, PROG, "kvs"]);
-    let (code, out, err, _) = run(&args);
+    let (code, out, err, _) = run_env(&args, env);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
     for r in 0..n {
         assert!(
@@ -60,20 +61,35 @@ fn check_kvs(extra: &[&str], n: u32) {
 
 #[test]
 fn kvs_exchange_over_pmi_fd() {
-    check_kvs(&[], 3);
+    check_kvs(&[], &[], 3);
 }
 
 #[test]
 fn kvs_exchange_over_pmi_port() {
-    check_kvs(&["-pmi-port"], 4);
+    check_kvs(&["-pmi-port"], &[], 4);
+}
+
+/// PMI-2 (what Slurm's `srun --mpi=pmi2` speaks), against Hydra's PMI-2 server.
+#[test]
+fn kvs_exchange_over_pmi2() {
+    check_kvs(&[], &[("RSMPI_PMI", "2")], 3);
 }
 
 #[test]
 fn an_abort_ends_the_hydra_job() {
+    abort_ends_the_job(&[]);
+}
+
+#[test]
+fn a_pmi2_abort_ends_the_hydra_job() {
+    abort_ends_the_job(&[("RSMPI_PMI", "2")]);
+}
+
+fn abort_ends_the_job(env: &[(&str, &str)]) {
     if hydra().is_none() {
         return;
     }
-    let (code, out, err, took) = run(&["-n", "3", PROG, "abort-last"]);
+    let (code, out, err, took) = run_env(&["-n", "3", PROG, "abort-last"], env);
     assert_ne!(code, 0, "stdout: {out}\nstderr: {err}");
     assert!(
         took < Duration::from_secs(20),
