@@ -219,8 +219,12 @@ impl Pmi {
                 r.line
             )));
         }
+        // Slurm wants the job id it exported; Hydra has none to give
+        let jobid = std::env::var(ENV_PMI_JOBID)
+            .map(|j| format!("pmijobid={};", j.trim()))
+            .unwrap_or_default();
         let f = self.call2(
-            &format!("cmd=fullinit;pmirank={};threaded=FALSE;", self.rank),
+            &format!("cmd=fullinit;{jobid}pmirank={};threaded=FALSE;", self.rank),
             "fullinit-response",
         )?;
         if let Some(v) = f.get("size").and_then(|v| v.parse().ok()) {
