@@ -68,6 +68,8 @@ pub(crate) struct Pmi {
     v2: bool,
     /// The PMI-2 job id (for `kvs-get`).
     jobid: String,
+    /// Fences passed (PMI-2 barrier marks).
+    epoch: u64,
 }
 
 impl std::fmt::Debug for Pmi {
@@ -152,6 +154,7 @@ impl Pmi {
             finalized: false,
             v2,
             jobid: String::new(),
+            epoch: 0,
         };
         let (mut rank, mut size) = (None, None);
         if pmi_id.is_some() {
@@ -325,12 +328,30 @@ impl Pmi {
 
     /// The collective barrier that also makes every `put` visible.
     pub fn barrier(&mut self) -> Result<(), TransportError> {
-        if self.v2 {
-            return self
-                .call2("cmd=kvs-fence;", "kvs-fence-response")
-                .map(|_| ());
+        if !self.v2 {
+            return self.call("cmd=barrier_in", "barrier_out").map(|_| ());
         }
-        self.call("cmd=barrier_in", "barrier_out").map(|_| ())
+        // PMI-2's fence makes the puts visible, but Hydra answers it at once (its gets
+        // wait for their key instead), so it is no barrier there: every rank also
+        // publishes that it reached this fence and reads everyone's mark (Slurm's
+        // fence waits for all ranks, so there the marks are simply there)
+        self.epoch += 1;
+        let mark = format!("fence{}-r{}", self.epoch, self.rank);
+        self.call2(
+            &format!("cmd=kvs-put;key={mark};value=1;"),
+            "kvs-put-response",
+        )?;
+        self.call2("cmd=kvs-fence;", "kvs-fence-response")?;
+        let (me, n) = (self.rank, self.size);
+        for r in (0..n).filter(|&r| r != me) {
+            let key = format!("fence{}-r{r}", self.epoch);
+            let req = format!("cmd=kvs-get;jobid={};srcid=-1;key={key};", self.jobid);
+            let got = self.call2(&req, "kvs-get-response")?;
+            if got.get("found") != Some("TRUE") {
+                return Err(exch(format!("PMI-2 fence: rank {r} did not reach it")));
+            }
+        }
+        Ok(())
     }
 
     /// Reads `key`.
