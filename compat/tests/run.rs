@@ -7,6 +7,8 @@
 //! the main workspace's `target/{debug,release}`. `RSMPI_COMPAT_NP` overrides the number
 //! of ranks (default 4).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -201,20 +203,6 @@ fn programs_under_mpich_hydra() {
             .stdin(Stdio::null())
             .output()
             .expect("mpiexec.hydra runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{name} under Hydra: {:?}\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            stdout
-                .lines()
-                .filter(|l| *l == format!("{name} ok"))
-                .count(),
-            1,
-            "{name} under Hydra: {stdout}"
-        );
+        common::assert_ok(name, "under Hydra", &out);
     }
 }

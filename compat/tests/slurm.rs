@@ -4,6 +4,8 @@
 //! stops it afterwards. It needs root; `.ci/run` installs `slurm-wlm`. Elsewhere the
 //! test says so and passes when Slurm is missing, unless `CI` is set.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -145,20 +147,6 @@ fn programs_under_slurm_srun_pmi2() {
             .stdin(Stdio::null())
             .output()
             .expect("srun runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{name} under srun: {:?}\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            stdout
-                .lines()
-                .filter(|l| *l == format!("{name} ok"))
-                .count(),
-            1,
-            "{name} under srun: {stdout}"
-        );
+        common::assert_ok(name, "under srun", &out);
     }
 }
