@@ -509,15 +509,32 @@ pub fn allreduce_recursive_doubling(
             mask <<= 1;
         }
     }
-    if r < 2 * rem {
-        if r % 2 == 1 {
-            b.send(r - 1, cur, 0, len);
-        } else {
-            cur = sc.spare(&mut b, IN);
-            b.recv(r + 1, cur, 0, len);
-        }
-    }
+    cur = unfold(&mut b, &mut sc, r, rem, cur, len);
     b.finish((cur, 0, len))
+}
+
+/// The unfold of an allreduce on a non-power-of-two size: each of the first `2 * rem`
+/// odd ranks sends the result to the even rank it was folded into; returns the buffer
+/// holding this rank's result.
+fn unfold(
+    b: &mut Builder,
+    sc: &mut Scratch,
+    r: usize,
+    rem: usize,
+    cur: BufId,
+    len: usize,
+) -> BufId {
+    if r >= 2 * rem {
+        return cur;
+    }
+    if r % 2 == 1 {
+        b.send(r - 1, cur, 0, len);
+        cur
+    } else {
+        let out = sc.spare(b, IN);
+        b.recv(r + 1, out, 0, len);
+        out
+    }
 }
 
 /// Rabenseifner's allreduce for large commutative operations: the fold of
@@ -542,14 +559,7 @@ pub fn allreduce_rabenseifner(rank: u32, size: u32, len: usize, elem: usize) -> 
             b.fence();
         }
     }
-    if r < 2 * rs.rem {
-        if r % 2 == 1 {
-            b.send(r - 1, cur, 0, len);
-        } else {
-            cur = sc.spare(&mut b, IN);
-            b.recv(r + 1, cur, 0, len);
-        }
-    }
+    cur = unfold(&mut b, &mut sc, r, rs.rem, cur, len);
     b.finish((cur, 0, len))
 }
 
