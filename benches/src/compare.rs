@@ -13,14 +13,107 @@ pub const COMPARABLE: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"
 
 /// A built reference: how to launch it.
 pub struct Reference {
-    /// `openmpi-vader`, `openmpi-ucx`, `mpich`.
+    /// `openmpi-vader`, `openmpi-ucx`, `mpich`; `openmpi-tcp`, `mpich-tcp` across hosts.
     pub name: &'static str,
     launcher: &'static str,
     /// The launcher's option for the number of ranks (`-np`, `-n`).
     np_flag: &'static str,
-    launch_args: Vec<&'static str>,
+    launch_args: Vec<String>,
     env: Vec<(&'static str, &'static str)>,
     exe: PathBuf,
+    /// What the rows say it ran over.
+    transport: &'static str,
+}
+
+/// Two network namespaces of this machine standing in for two hosts
+/// (`--across-hosts`): how the references reach them, as rsmpirun's `--hosts` does.
+pub struct Across {
+    /// A stand-in for `ssh host command` that runs the command in namespace `host`.
+    pub agent: PathBuf,
+    /// `ns0,ns1`.
+    pub hosts: String,
+    /// The namespaces' subnet (`10.213.X.0/24`), for the interface choices.
+    pub subnet: String,
+    /// The launcher's address as the namespaces reach it.
+    pub launcher_ip: String,
+}
+
+/// The `ssh` stand-in: skips ssh's options, then runs the command line in the network
+/// namespace named as the host.
+const AGENT: &str = "#!/bin/sh\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; done\nh=$1; shift\nexec ip netns exec \"$h\" sh -c \"$*\"\n";
+
+/// Writes the agent script into `dir`.
+pub fn write_agent(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let p = dir.join("netns-ssh");
+    std::fs::write(&p, AGENT).map_err(|e| format!("{}: {e}", p.display()))?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(p)
+}
+
+/// The references placed one rank per namespace, over TCP: Open MPI with ob1 and its
+/// tcp BTL, MPICH (ch4:ucx) with UCX's tcp transport and no shared memory.
+pub fn across(refs: Vec<Reference>, a: &Across) -> Vec<Reference> {
+    let agent = a.agent.display().to_string();
+    let mut out = Vec::new();
+    for r in refs {
+        match r.name {
+            "openmpi-vader" => out.push(Reference {
+                name: "openmpi-tcp",
+                launch_args: [
+                    "--bind-to",
+                    "none",
+                    "--mca",
+                    "plm_rsh_agent",
+                    &agent,
+                    "--host",
+                    &a.hosts,
+                    "--mca",
+                    "oob_tcp_if_include",
+                    &a.subnet,
+                    "--mca",
+                    "pml",
+                    "ob1",
+                    "--mca",
+                    "btl",
+                    "tcp,self",
+                    "--mca",
+                    "btl_tcp_if_include",
+                    &a.subnet,
+                ]
+                .map(String::from)
+                .to_vec(),
+                transport: "tcp",
+                ..r
+            }),
+            "mpich" => out.push(Reference {
+                name: "mpich-tcp",
+                launch_args: [
+                    "-bootstrap",
+                    "ssh",
+                    "-bootstrap-exec",
+                    &agent,
+                    "-hosts",
+                    &a.hosts,
+                    "-localhost",
+                    &a.launcher_ip,
+                ]
+                .map(String::from)
+                .to_vec(),
+                env: vec![
+                    ("MPIR_CVAR_NOLOCAL", "1"),
+                    ("UCX_TLS", "tcp"),
+                    ("UCX_NET_DEVICES", "eth0"),
+                ],
+                transport: "tcp",
+                ..r
+            }),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn have(cmd: &str) -> bool {
@@ -91,7 +184,7 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
         name: "openmpi-vader",
         launcher: "mpirun.openmpi",
         np_flag: "-np",
-        launch_args: vec![
+        launch_args: [
             "--bind-to",
             "none",
             "--mca",
@@ -100,15 +193,18 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
             "--mca",
             "btl",
             "self,vader",
-        ],
+        ]
+        .map(String::from)
+        .to_vec(),
         env: root_env.clone(),
         exe: ompi.clone(),
+        transport: "shm",
     }];
     let ucx = Reference {
         name: "openmpi-ucx",
         launcher: "mpirun.openmpi",
         np_flag: "-np",
-        launch_args: vec![
+        launch_args: [
             "--bind-to",
             "none",
             "--mca",
@@ -120,9 +216,12 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
             "--mca",
             "pml_ucx_devices",
             "any",
-        ],
+        ]
+        .map(String::from)
+        .to_vec(),
         env: root_env,
         exe: ompi,
+        transport: "shm",
     };
     // UCX only if Open MPI was built with it and it runs here
     if ucx
@@ -140,6 +239,7 @@ pub fn build(dir: &Path) -> Result<Vec<Reference>, String> {
         launch_args: vec![],
         env: vec![],
         exe: mpich,
+        transport: "shm",
     });
     Ok(refs)
 }
@@ -163,13 +263,20 @@ impl Reference {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        // the reference must not think it runs inside an rsmpi job
+        // the reference must not think it runs inside an rsmpi job, nor find the PMI
+        // session of a launcher that started this driver (its own launcher sets its own)
         for k in [
             "RSMPI_RANK",
             "RSMPI_SIZE",
-            "RSMPI_KVS",
             "RSMPI_SECRET",
             "RSMPI_JOB_ID",
+            "RSMPI_PMI",
+            "PMI_FD",
+            "PMI_PORT",
+            "PMI_ID",
+            "PMI_RANK",
+            "PMI_SIZE",
+            "PMI_JOBID",
         ] {
             cmd.env_remove(k);
         }
@@ -222,7 +329,7 @@ impl Reference {
                 rows.push(Row {
                     benchmark: bench.into(),
                     implementation: self.name.into(),
-                    transport: "shm".into(),
+                    transport: self.transport.into(),
                     matching: "-".into(),
                     protocol: "-".into(),
                     metric: metric.into(),

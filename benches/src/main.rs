@@ -92,7 +92,19 @@ struct Cli {
     /// Seconds after which one job is killed.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Run the two-rank benchmarks across two hosts: network namespaces of this
+    /// machine joined by veth pairs (created for the run and removed after; needs
+    /// root and iproute2), rsmpi over libfabric's tcp provider (build with
+    /// `--features ofi`), the references over TCP (Open MPI's tcp BTL, MPICH with
+    /// UCX's tcp transport).
+    #[arg(long)]
+    across_hosts: bool,
 }
+
+/// With `--across-hosts`: where the jobs' ranks go (the namespaces and the address
+/// they reach the launcher at).
+static PLACE: std::sync::Mutex<Option<(Vec<launcher::Host>, std::net::IpAddr)>> =
+    std::sync::Mutex::new(None);
 
 impl Cli {
     /// The largest message size of `bench`: `--max-size`, or OSU's default (4 MiB for
@@ -225,8 +237,22 @@ fn job(
         .map(|(k, v)| ((*k).into(), (*v).into()))
         .collect();
     j.env.push((ENV_OUT.into(), out.clone().into()));
+    let across = PLACE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((hosts, addr)) = across {
+        j.hosts = hosts;
+        j.kvs_addr = Some(addr);
+        j.env
+            .push(("RSMPI_OFI_PROVIDER".into(), "tcp;ofi_rxm".into()));
+    }
     let code = launcher::run(&j).map_err(|e| format!("{bench}: cannot launch: {e}"))?;
-    let rows = report::read_lines(&out);
+    let rows = report::read_lines(&out).map(|mut rows| {
+        if j.kvs_addr.is_some() {
+            for r in &mut rows {
+                r.transport = "ofi-tcp".into();
+            }
+        }
+        rows
+    });
     let _ = std::fs::remove_file(&out);
     if matches!(code, 129 | 130 | 143) {
         // the launcher caught SIGHUP, SIGINT or SIGTERM (and ended the job): stop here
@@ -344,12 +370,51 @@ fn driver(cli: &Cli) -> i32 {
         eprintln!("rsmpi-bench: --ranks: the collective benchmarks need at least 2 ranks");
         return 2;
     }
+    // --across-hosts: two namespaces for the whole run, removed when `_net` drops
+    let mut _net = None;
+    if cli.across_hosts {
+        if let Some(b) = list.iter().find(|b| !compare::COMPARABLE.contains(b)) {
+            eprintln!(
+                "rsmpi-bench: --across-hosts runs {} only, not {b}",
+                compare::COMPARABLE.join(", ")
+            );
+            return 2;
+        }
+        match launcher::netns::Hosts::create(2) {
+            Ok(h) => {
+                let mut job = launcher::Job::new(2, "", Vec::<String>::new());
+                h.place(&mut job);
+                *PLACE.lock().unwrap_or_else(|e| e.into_inner()) = Some((job.hosts, h.kvs_addr()));
+                _net = Some(h);
+            }
+            Err(e) => {
+                eprintln!("rsmpi-bench: --across-hosts: {e} (needs root and iproute2)");
+                return 2;
+            }
+        }
+    }
     let refs = if cli.compare {
         let dir = std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(|p| p.join("rsmpi-bench-reference")))
             .unwrap_or_else(|| std::env::temp_dir().join("rsmpi-bench-reference"));
-        match compare::build(&dir) {
+        let built = compare::build(&dir).and_then(|refs| match &_net {
+            Some(h) => {
+                let agent = compare::write_agent(&dir)?;
+                let kvs = h.kvs_addr().to_string();
+                Ok(compare::across(
+                    refs,
+                    &compare::Across {
+                        agent,
+                        hosts: h.list(),
+                        subnet: h.subnet(),
+                        launcher_ip: kvs,
+                    },
+                ))
+            }
+            None => Ok(refs),
+        });
+        match built {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("rsmpi-bench: {e}");

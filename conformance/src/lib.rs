@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 pub mod bad_input;
 pub mod collectives;
 pub mod faults;
+pub mod hosts;
+pub mod launchers;
 pub mod semantics;
 pub mod soak;
 
@@ -130,18 +132,27 @@ pub fn rank_main(name: &str) {
         Kind::Host(_) => panic!("{name} is a host case"),
     };
     if let Ok(dir) = std::env::var(ENV_SCRATCH) {
-        if let Ok(r) = std::env::var(launcher::ENV_RANK) {
+        if let Some(r) = env_rank() {
             let tmp = Path::new(&dir).join(format!("pid.{r}.tmp"));
             std::fs::write(&tmp, std::process::id().to_string()).expect("pid file");
             std::fs::rename(&tmp, Path::new(&dir).join(format!("pid.{r}"))).expect("pid file");
         }
     }
     let u = rsmpi::try_initialize().expect("rsmpi::initialize");
+    let r = rsmpi::traits::Communicator::rank(&u.world());
     body(u);
     // the body returned (and finalized): this rank passed
-    if let (Ok(dir), Ok(r)) = (std::env::var(ENV_DONE), std::env::var(launcher::ENV_RANK)) {
+    if let Ok(dir) = std::env::var(ENV_DONE) {
         std::fs::write(Path::new(&dir).join(format!("done.{r}")), b"").expect("done marker");
     }
+}
+
+/// This process's rank as its launcher set it (rsmpirun, Hydra's PMI, Slurm), before
+/// MPI is initialized.
+fn env_rank() -> Option<String> {
+    ["RSMPI_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
 }
 
 /// Environment variable naming the directory where each rank of a job case marks that
@@ -161,6 +172,18 @@ pub fn job_for(ctx: &Ctx, name: &str, ranks: u32, timeout: Duration) -> launcher
     j.transport = ctx.transport.clone();
     j.env
         .push(("RSMPI_MATCHING".into(), ctx.matching.env().into()));
+    // CONFORMANCE_TRANSPORT=ofi runs the jobs over libfabric; CONFORMANCE_HOSTS places
+    // them on network namespaces (see `hosts::from_env`)
+    if let Ok(t) = std::env::var("CONFORMANCE_TRANSPORT") {
+        j.transport = t;
+    }
+    if let Some((hosts, addr)) = hosts::from_env() {
+        j.hosts = hosts;
+        j.kvs_addr = Some(addr);
+        if j.transport == "shm" {
+            j.transport = "auto".into();
+        }
+    }
     j
 }
 
@@ -177,7 +200,10 @@ pub fn run_case(ctx: &Ctx, case: &Case) -> Result<(), String> {
             let done = scratch(case.name);
             j.env.push((ENV_DONE.into(), done.clone().into_os_string()));
             let t = Instant::now();
-            let code = launcher::run(&j).map_err(|e| format!("launch failed: {e}"));
+            let code = match std::env::var("CONFORMANCE_LAUNCHER") {
+                Ok(l) if l != "rsmpirun" => launchers::run_external(&l, &j),
+                _ => launcher::run(&j).map_err(|e| format!("launch failed: {e}")),
+            };
             let finished = (0..ranks)
                 .filter(|r| done.join(format!("done.{r}")).exists())
                 .count();
@@ -318,6 +344,10 @@ pub fn launch_main(exe: &Path, ranks: u32, timeout_s: u64, name: &str) -> i32 {
     let mut j = launcher::Job::new(ranks, exe, ["rank", name]);
     j.timeout = Some(Duration::from_secs(timeout_s));
     j.prefix_output = true;
+    if let Some((hosts, addr)) = hosts::from_env() {
+        j.hosts = hosts;
+        j.kvs_addr = Some(addr);
+    }
     match launcher::run(&j) {
         Ok(c) => c,
         Err(e) => {

@@ -57,6 +57,7 @@ pub fn cases() -> Vec<Case> {
         ),
         Case::job("derived_datatypes_with_gaps", 2, derived_datatypes),
         Case::job("many_to_one_fan_in_four_ranks", 4, fan_in),
+        Case::job("every_pair_every_protocol_any_size", 4, every_pair),
     ]
 }
 
@@ -1412,4 +1413,65 @@ fn fan_in(u: Universe) {
             w.process_at_rank(0).send_with_tag(&v[..], (i % 4) as i32);
         }
     }
+}
+
+/// Every ordered pair of ranks exchanges messages of every protocol's sizes (empty,
+/// inline, eager, rendezvous, 4 MiB), pre-posted and not, then the job agrees on a
+/// sum: written for any number of ranks, so that jobs spread over hosts run it with
+/// one transport per pair (tests/hosts.rs).
+fn every_pair(u: Universe) {
+    let w = u.world();
+    let (me, n) = (w.rank(), w.size());
+    const SIZES: [usize; 6] = [0, 8, 4096, 65_536, 300_000, 4 << 20];
+    let seed = |from: i32, to: i32, i: usize| (from * 31 + to * 7 + i as i32) as u8;
+    for (i, &len) in SIZES.iter().enumerate() {
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
+        let out: Vec<Vec<u8>> = (0..n).map(|to| pattern(len, seed(me, to, i))).collect();
+        request::scope(|sc| {
+            // even rounds pre-post every receive before any send; odd rounds send first
+            let send_all = || -> Vec<_> {
+                (0..n)
+                    .map(|to| {
+                        w.process_at_rank(to).immediate_send_with_tag(
+                            sc,
+                            &out[to as usize][..],
+                            i as i32,
+                        )
+                    })
+                    .collect()
+            };
+            let early = i % 2 == 1;
+            let sends_first = if early { send_all() } else { Vec::new() };
+            let recvs: Vec<_> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(from, b)| {
+                    w.process_at_rank(from as i32)
+                        .immediate_receive_into_with_tag(sc, &mut b[..], i as i32)
+                })
+                .collect();
+            let sends = if early { sends_first } else { send_all() };
+            for (from, r) in recvs.into_iter().enumerate() {
+                let st = r.wait();
+                assert_eq!(st.source_rank(), from as i32);
+                assert_eq!(st.count(u8::equivalent_datatype()) as usize, len);
+            }
+            for s in sends {
+                s.wait();
+            }
+        });
+        for (from, b) in bufs.iter().enumerate() {
+            assert!(
+                *b == pattern(len, seed(from as i32, me, i)),
+                "{len} bytes from rank {from} corrupted"
+            );
+        }
+    }
+    let mut sum = 0u64;
+    w.all_reduce_into(
+        &u64::from(me as u32 + 1),
+        &mut sum,
+        rsmpi::collective::SystemOperation::sum(),
+    );
+    assert_eq!(sum, u64::from(n as u32) * u64::from(n as u32 + 1) / 2);
 }

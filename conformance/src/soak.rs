@@ -906,6 +906,13 @@ pub fn run_env(
     j.env.push((ENV_SEED.into(), s.seed.to_string().into()));
     j.env
         .push((ENV_MS.into(), s.duration.as_millis().to_string().into()));
+    if let Ok(t) = std::env::var("CONFORMANCE_TRANSPORT") {
+        j.transport = t;
+    }
+    if let Some((hosts, addr)) = crate::hosts::from_env() {
+        j.hosts = hosts;
+        j.kvs_addr = Some(addr);
+    }
     let code = launcher::run(&j).map_err(|e| e.to_string())?;
     if code == 0 {
         Ok(())

@@ -62,6 +62,7 @@ cases!(
     wait_test_any_some_all_with_inactive,
     derived_datatypes_with_gaps,
     many_to_one_fan_in_four_ranks,
+    every_pair_every_protocol_any_size,
     // collectives
     coll_every_collective_and_root_1_rank,
     coll_every_collective_and_root_2_ranks,
@@ -100,6 +101,8 @@ cases!(
     security_segment_file_is_0600_while_it_exists,
     security_remote_write_is_bounded_by_the_advertised_buffer,
     security_foreign_process_cannot_join,
+    security_pmi_port_survives_malformed_and_oversized_input,
+    security_local_ranks_get_a_private_socket_not_a_listener,
     // soak and the checks of its checkers
     soak_short_2_3_4_ranks,
     checkers_catch_reordering_loss_duplication_corruption,

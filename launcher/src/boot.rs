@@ -1,14 +1,14 @@
-//! The rank side: [`Boot`], the client of the launcher's key-value service.
+//! The rank side: [`Boot`], the start-up exchange of a rank, over PMI (rsmpirun,
+//! MPICH's Hydra, Slurm) or alone.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use transport::{Exchange, Rank, TransportError};
 
 use crate::proto;
-use crate::run::{ENV_JOB_ID, ENV_KVS, ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_TRANSPORT};
+use crate::run::{ENV_JOB_ID, ENV_RANK, ENV_TRANSPORT};
 
 /// A rank's connection to its launcher (or a stand-alone singleton), implementing
 /// [`transport::Exchange`].
@@ -23,11 +23,9 @@ pub struct Boot {
 
 #[derive(Debug)]
 enum Kind {
-    /// Started by `rsmpirun`: requests go over the Unix socket.
-    Remote(UnixStream),
     /// Started alone: a job of one rank, served locally.
     Single(HashMap<String, Vec<u8>>),
-    /// Started by a PMI-1 launcher (MPICH's `mpiexec`).
+    /// Started by a PMI launcher: rsmpirun or MPICH's Hydra (PMI-1), Slurm (PMI-2).
     Pmi(crate::pmi::Pmi),
 }
 
@@ -35,97 +33,70 @@ fn exch(msg: impl Into<String>) -> TransportError {
     TransportError::Exchange(msg.into())
 }
 
-fn os(call: &'static str) -> impl FnOnce(std::io::Error) -> TransportError {
-    move |source| TransportError::Os { call, source }
-}
-
-fn var(name: &str) -> Result<String, TransportError> {
-    std::env::var(name).map_err(|_| exch(format!("{name} is not set or not UTF-8")))
+/// Whether `id` may name files (`/dev/shm/rsmpi-{id}-…`).
+fn file_safe(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl Boot {
-    /// Connects to the launcher described by the `RSMPI_*` environment variables.
+    /// Connects to the PMI launcher described by the environment (`PMI_FD` or
+    /// `PMI_PORT`: rsmpirun, Hydra's `mpiexec`, Slurm's `srun --mpi=pmi2`).
     ///
-    /// Returns `Ok(None)` when `RSMPI_RANK` is unset: the program was not started by
-    /// `rsmpirun` and should run as a singleton ([`Boot::singleton`]).
+    /// Returns `Ok(None)` when there is none: the program was started alone and should
+    /// run as a singleton ([`Boot::singleton`]). It is an error when `RSMPI_RANK` says
+    /// that rsmpirun started this process but there is no PMI connection to it.
     pub fn from_env() -> Result<Option<Boot>, TransportError> {
-        if std::env::var_os(ENV_RANK).is_none() {
-            return Boot::from_pmi();
+        match Boot::from_pmi()? {
+            Some(b) => Ok(Some(b)),
+            None if std::env::var_os(ENV_RANK).is_some() => Err(exch(format!(
+                "{ENV_RANK} is set but neither PMI_FD nor PMI_PORT: not started by this \
+                 version of rsmpirun"
+            ))),
+            None => Ok(None),
         }
-        let rank: Rank = var(ENV_RANK)?
-            .parse()
-            .map_err(|_| exch(format!("{ENV_RANK} is not a rank number")))?;
-        let size: u32 = var(ENV_SIZE)?
-            .parse()
-            .map_err(|_| exch(format!("{ENV_SIZE} is not a number")))?;
-        if rank >= size {
-            return Err(exch(format!(
-                "{ENV_RANK}={rank} is not below {ENV_SIZE}={size}"
-            )));
-        }
-        // Die with the launcher: a rank must never outlive its job.
-        let _ =
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-        let job_id = var(ENV_JOB_ID)?;
-        if job_id.is_empty()
-            || !job_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err(exch(format!("{ENV_JOB_ID} must be made of [A-Za-z0-9_-]")));
-        }
-        let secret = proto::unhex(&var(ENV_SECRET)?)
-            .filter(|s| s.len() == proto::SECRET_LEN)
-            .ok_or_else(|| exch(format!("{ENV_SECRET} is not 32 hex digits")))?;
-        let transport = std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "shm".into());
-        let path =
-            std::env::var_os(ENV_KVS).ok_or_else(|| exch(format!("{ENV_KVS} is not set")))?;
-        let mut stream = UnixStream::connect(&path).map_err(os("connect(RSMPI_KVS)"))?;
-        proto::write_frame(&mut stream, proto::HELLO, &[&secret, &rank.to_le_bytes()])
-            .map_err(os("write(RSMPI_KVS)"))?;
-        let reply = read_reply(&mut stream)?;
-        match proto::take_u32(&reply) {
-            Some((n, _)) if n == size => {}
-            _ => {
-                return Err(exch(
-                    "the launcher answered the hello with a different job size",
-                ))
-            }
-        }
-        Ok(Some(Boot {
-            rank,
-            size,
-            job_id,
-            transport,
-            kind: Kind::Remote(stream),
-        }))
     }
 
-    /// A rank started by a PMI-1 launcher (MPICH's Hydra `mpiexec`, which sets
-    /// `PMI_FD` or `PMI_PORT`, `PMI_RANK` and `PMI_SIZE`); `Ok(None)` without one. The
-    /// job id is the launcher's key-value space name, made file-name safe.
+    /// A rank started by a PMI launcher; `Ok(None)` without one. The job id is
+    /// rsmpirun's (`RSMPI_JOB_ID`, which names its key-value space), else the
+    /// launcher's key-value space name made file-name safe, prefixed `pmi-`.
     fn from_pmi() -> Result<Option<Boot>, TransportError> {
-        let Some(pmi) = crate::pmi::Pmi::from_env()? else {
+        let Some(mut pmi) = crate::pmi::Pmi::from_env()? else {
             return Ok(None);
         };
         let _ =
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-        let job_id: String = pmi
-            .kvsname
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let job_id = match std::env::var(ENV_JOB_ID) {
+            // rsmpirun names the key-value space after the job, so that its clean-up of
+            // `/dev/shm/rsmpi-{job_id}-*` finds the segments of the ranks (a stale
+            // RSMPI_JOB_ID inherited from an outer job does not match another
+            // launcher's kvsname)
+            Ok(id) if id == pmi.kvsname && file_safe(&id) => {
+                pmi.rsmpirun = true;
+                id
+            }
+            _ => {
+                let safe: String = pmi
+                    .kvsname
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                format!("pmi-{safe}")
+            }
+        };
         Ok(Some(Boot {
             rank: pmi.rank,
             size: pmi.size,
-            job_id: format!("pmi-{job_id}"),
-            transport: std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "shm".into()),
+            job_id,
+            transport: std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "auto".into()),
             kind: Kind::Pmi(pmi),
         }))
     }
@@ -148,12 +119,12 @@ impl Boot {
             rank: 0,
             size: 1,
             job_id: format!("single-{}-{tag}", std::process::id()),
-            transport: std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "shm".into()),
+            transport: std::env::var(ENV_TRANSPORT).unwrap_or_else(|_| "auto".into()),
             kind: Kind::Single(HashMap::new()),
         }
     }
 
-    /// [`Boot::from_env`], or a [`Boot::singleton`] when not started by `rsmpirun`.
+    /// [`Boot::from_env`], or a [`Boot::singleton`] when not started by a launcher.
     pub fn init() -> Result<Boot, TransportError> {
         Ok(Boot::from_env()?.unwrap_or_else(Boot::singleton))
     }
@@ -163,52 +134,27 @@ impl Boot {
         matches!(self.kind, Kind::Single(_))
     }
 
-    /// The transport the launcher asked for (`RSMPI_TRANSPORT`, default `shm`).
+    /// The transport the launcher asked for (`RSMPI_TRANSPORT`, default `auto`).
     pub fn transport(&self) -> &str {
         &self.transport
     }
 
-    /// Ends the whole job: tells the launcher (which stops every other rank and exits
-    /// with `code`), prints `msg` to stderr and exits this process with `code`.
+    /// Ends the whole job: prints `msg` to stderr, tells the launcher (which stops
+    /// every other rank and exits with `code`) and exits this process with `code`.
     pub fn abort(&mut self, code: i32, msg: &str) -> ! {
-        match &mut self.kind {
-            Kind::Remote(s) => {
-                // Wait (briefly) for the acknowledgement so that the launcher knows
-                // about the abort before this process's exit status reaches it.
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                if proto::write_frame(s, proto::ABORT, &[&code.to_le_bytes(), msg.as_bytes()])
-                    .is_ok()
-                {
-                    let _ = proto::read_frame(s);
-                }
-            }
-            Kind::Pmi(p) => {
-                // the launcher kills the job as soon as it hears: say why first
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "rsmpi: rank {} aborted the job with code {code}: {msg}",
-                    self.rank
-                );
-                p.abort(code, msg);
-                std::thread::sleep(Duration::from_secs(5));
-                std::process::exit(code)
-            }
-            Kind::Single(_) => {}
-        }
+        // the launcher may kill the job as soon as it hears: say why first
         let _ = writeln!(
             std::io::stderr(),
             "rsmpi: rank {} aborted the job with code {code}: {msg}",
             self.rank
         );
+        if let Kind::Pmi(p) = &mut self.kind {
+            p.abort(code, msg);
+            // PMI's abort has no answer: give the launcher time to act on it, so that
+            // the job ends with this code rather than this rank's exit
+            std::thread::sleep(Duration::from_secs(5));
+        }
         std::process::exit(code)
-    }
-
-    fn request(&mut self, kind: u8, parts: &[&[u8]]) -> Result<Vec<u8>, TransportError> {
-        let Kind::Remote(s) = &mut self.kind else {
-            unreachable!("singletons are served locally")
-        };
-        proto::write_frame(s, kind, parts).map_err(os("write(RSMPI_KVS)"))?;
-        read_reply(s)
     }
 }
 
@@ -218,21 +164,6 @@ fn pmi_key(rank: Rank, key: &str) -> Result<String, TransportError> {
         return Err(exch(format!("key {key:?} cannot travel through PMI")));
     }
     Ok(format!("r{rank}-{key}"))
-}
-
-fn read_reply(s: &mut UnixStream) -> Result<Vec<u8>, TransportError> {
-    match proto::read_frame(s) {
-        Ok((proto::OK, v)) => Ok(v),
-        Ok((proto::ERR, m)) => Err(exch(String::from_utf8_lossy(&m))),
-        Ok((k, _)) => Err(exch(format!("unexpected reply kind {k} from the launcher"))),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err(exch("the launcher closed the connection"))
-        }
-        Err(e) => Err(TransportError::Os {
-            call: "read(RSMPI_KVS)",
-            source: e,
-        }),
-    }
 }
 
 impl Exchange for Boot {
@@ -253,27 +184,17 @@ impl Exchange for Boot {
         match &mut self.kind {
             Kind::Single(kv) => {
                 kv.insert(key.to_owned(), value.to_vec());
-                return Ok(());
+                Ok(())
             }
-            Kind::Pmi(p) => return p.put(&pmi_key(rank, key)?, value),
-            Kind::Remote(_) => {}
+            Kind::Pmi(p) => p.put(&pmi_key(rank, key)?, value),
         }
-        let klen = u32::try_from(key.len()).map_err(|_| exch("key too long"))?;
-        self.request(
-            proto::PUBLISH,
-            &[&klen.to_le_bytes(), key.as_bytes(), value],
-        )?;
-        Ok(())
     }
 
     fn fence(&mut self) -> Result<(), TransportError> {
         match &mut self.kind {
-            Kind::Single(_) => return Ok(()),
-            Kind::Pmi(p) => return p.barrier(),
-            Kind::Remote(_) => {}
+            Kind::Single(_) => Ok(()),
+            Kind::Pmi(p) => p.barrier(),
         }
-        self.request(proto::FENCE, &[])?;
-        Ok(())
     }
 
     fn lookup(&mut self, rank: Rank, key: &str) -> Result<Vec<u8>, TransportError> {
@@ -281,15 +202,11 @@ impl Exchange for Boot {
             return Err(TransportError::NoSuchRank(rank));
         }
         match &mut self.kind {
-            Kind::Single(kv) => {
-                return kv
-                    .get(key)
-                    .cloned()
-                    .ok_or_else(|| exch(format!("rank {rank} has not published key {key:?}")))
-            }
-            Kind::Pmi(p) => return p.get(&pmi_key(rank, key)?),
-            Kind::Remote(_) => {}
+            Kind::Single(kv) => kv
+                .get(key)
+                .cloned()
+                .ok_or_else(|| exch(format!("rank {rank} has not published key {key:?}"))),
+            Kind::Pmi(p) => p.get(&pmi_key(rank, key)?),
         }
-        self.request(proto::LOOKUP, &[&rank.to_le_bytes(), key.as_bytes()])
     }
 }

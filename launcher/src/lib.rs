@@ -1,16 +1,19 @@
-//! `rsmpirun`, the rsmpi launcher: starts the ranks of a job on this node, serves their
-//! start-up key-value exchange, and tears the whole job down when one rank fails.
+//! `rsmpirun`, the rsmpi launcher: starts the ranks of a job, serves them PMI-1 (the
+//! start-up protocol MPICH's Hydra serves), and tears the whole job down when one rank
+//! fails.
 //!
-//! A rank program uses [`Boot`] for the start-up exchange ([`transport::Exchange`]);
-//! run alone it is a job of one rank:
+//! A rank program uses [`Boot`] for the start-up exchange ([`transport::Exchange`]).
+//! `Boot` is a PMI client: under rsmpirun, Hydra's `mpiexec` (PMI-1) or Slurm's
+//! `srun --mpi=pmi2` (PMI-2) it talks to the launcher; run alone it is a job of one
+//! rank:
 //!
 //! ```
 //! use launcher::Boot;
 //! use transport::Exchange;
 //!
 //! # fn main() -> Result<(), transport::TransportError> {
-//! // Under rsmpirun this connects to the launcher; run alone it is a singleton.
-//! # std::env::remove_var("RSMPI_RANK");
+//! // Under a launcher this connects to it; run alone it is a singleton.
+//! # for v in ["RSMPI_RANK", "PMI_FD", "PMI_PORT"] { std::env::remove_var(v); }
 //! let mut boot = Boot::init()?;
 //! let me = boot.rank();
 //! boot.publish("addr", format!("endpoint-of-{me}").as_bytes())?;
@@ -40,24 +43,27 @@
 //! # Usage
 //!
 //! ```text
-//! rsmpirun -n N [--prefix] [--transport shm] [--timeout SECS] [--] program [args…]
+//! rsmpirun -n N [--prefix] [--transport auto|shm|ofi] [--hosts LIST --kvs-addr ADDR]
+//!          [--timeout SECS] [--] program [args…]
 //! ```
 //!
-//! starts `N` ranks of `program` on this node and exits with the job's status:
+//! starts `N` ranks of `program` (on this node, or on the network namespaces `--hosts`
+//! names) and exits with the job's status:
 //!
 //! * 0 when every rank exited with status 0;
 //! * otherwise the status of the failed rank (its exit code, or 128 + signal when it
 //!   was killed by a signal), after printing `rsmpirun: rank R exited with status S`
 //!   (or `killed by signal SIG`) to stderr. The other ranks get SIGTERM at once and
 //!   SIGKILL [`KILL_GRACE`] (2 s) later;
-//! * the code a rank passed to [`Boot::abort`] (the job is torn down the same way);
+//! * the code a rank passed to [`Boot::abort`] (PMI `abort`), after printing
+//!   `rsmpirun: rank R called abort with code C: MSG` (the job is torn down the same
+//!   way);
 //! * 124 when `--timeout SECS` expired;
 //! * 128 + signal when `rsmpirun` itself got SIGINT, SIGTERM or SIGHUP: the signal is
 //!   forwarded to the ranks, SIGKILL follows 2 s later (at once on a second signal).
 //!
-//! Whatever the outcome, the job's files are removed before `rsmpirun` exits: its
-//! private socket directory and every `/dev/shm/rsmpi-{job_id}-*` (the ranks'
-//! shared-memory segments).
+//! Whatever the outcome, every `/dev/shm/rsmpi-{job_id}-*` (the ranks' shared-memory
+//! segments) is removed before `rsmpirun` exits.
 //!
 //! `--prefix` prefixes each line a rank writes to stdout or stderr with `[rank] `;
 //! without it the ranks write straight to `rsmpirun`'s stdout and stderr. Standard
@@ -67,49 +73,83 @@
 //!
 //! | variable | value |
 //! | --- | --- |
-//! | `RSMPI_RANK` | this rank, `0..N` |
-//! | `RSMPI_SIZE` | `N` |
-//! | `RSMPI_JOB_ID` | `{launcher pid}-{8 random hex digits}`, only `[A-Za-z0-9_-]` |
-//! | `RSMPI_KVS` | path of the launcher's Unix socket, in a private (mode 0700) directory |
-//! | `RSMPI_SECRET` | the job's random 128-bit secret, 32 hex digits |
-//! | `RSMPI_TRANSPORT` | the transport to use, `--transport` (default `shm`) |
+//! | `PMI_RANK`, `RSMPI_RANK` | this rank, `0..N` |
+//! | `PMI_SIZE`, `RSMPI_SIZE` | `N` |
+//! | `PMI_FD` | ranks on this node: the number of the rank's inherited socket to `rsmpirun` |
+//! | `PMI_PORT` | with `--kvs-addr` (ranks on `--hosts`, or all ranks when given alone): `ADDR:PORT` of `rsmpirun`'s PMI listener |
+//! | `PMI_ID` | with `PMI_PORT`: this rank |
+//! | `RSMPI_SECRET` | with `PMI_PORT`: this rank's random 128-bit secret, 32 hex digits |
+//! | `RSMPI_JOB_ID` | `{launcher pid}-{8 random hex digits}`, only `[A-Za-z0-9_-]`; also the PMI key-value space name |
+//! | `RSMPI_TRANSPORT` | the transport to use, `--transport` (default `auto`) |
 //!
-//! Everything else in the launcher's environment is passed through unchanged.
+//! Every other `PMI_*` variable of `rsmpirun`'s environment, and `RSMPI_PMI`, are
+//! removed (the ranks must talk to this launcher, not to one that started it);
+//! everything else is passed through unchanged. `Boot` takes the rank and the size
+//! from PMI; `RSMPI_RANK` and `RSMPI_SIZE` are for programs that want to know whether
+//! they run under `rsmpirun` before initializing.
 //!
-//! # Key-value protocol
+//! # The PMI-1 service
 //!
-//! A rank opens one stream connection to `RSMPI_KVS`. Every frame, both ways, is a
-//! little-endian `u32` length `L` followed by `L` bytes: a kind byte and `L - 1`
-//! payload bytes (integers little-endian):
+//! `rsmpirun` serves the PMI-1 wire protocol: one request per line, `cmd=NAME
+//! key=value …` (words separated by spaces, so values hold no space), one answer line
+//! per request, in order:
 //!
-//! | kind | direction | payload | reply |
-//! | --- | --- | --- | --- |
-//! | `1` hello | rank → launcher | `secret[16]`, `rank: u32` | ok with `size: u32` |
-//! | `2` publish | rank → launcher | `key_len: u32`, key, value | ok |
-//! | `3` fence | rank → launcher | — | ok once all `N` ranks sent fence |
-//! | `4` lookup | rank → launcher | `rank: u32`, key | ok with the value, or error if not published |
-//! | `5` abort | rank → launcher | `code: i32`, message | ok; the launcher ends the job with `code` |
-//! | `0x80` ok | launcher → rank | reply data | |
-//! | `0x81` error | launcher → rank | UTF-8 message | |
+//! | request | answer |
+//! | --- | --- |
+//! | `cmd=init pmi_version=1 pmi_subversion=1` | `cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0` (another version: `rc=-1`) |
+//! | `cmd=get_maxes` | `cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024 rc=0` |
+//! | `cmd=get_appnum` | `cmd=appnum appnum=0 rc=0` |
+//! | `cmd=get_my_kvsname` | `cmd=my_kvsname kvsname=JOB_ID rc=0` |
+//! | `cmd=get_universe_size` | `cmd=universe_size size=N rc=0` |
+//! | `cmd=put kvsname=K key=KEY value=V` | `cmd=put_result rc=0 msg=success` |
+//! | `cmd=get kvsname=K key=KEY` | `cmd=get_result rc=0 msg=success value=V`, or `rc=-1 msg=key_not_found` |
+//! | `cmd=barrier_in` | `cmd=barrier_out rc=0`, once all `N` ranks entered the barrier |
+//! | `cmd=abort exitcode=C error_msg=MSG` | none: `rsmpirun` ends the job with status `C`; `MSG` is the rest of the line |
+//! | `cmd=finalize` | `cmd=finalize_ack rc=0` |
 //!
-//! The hello must be the first frame and exactly 21 bytes long. The launcher compares
-//! the secret in constant time and closes, without any answer, a connection whose hello
-//! is malformed, carries a wrong secret or names a rank outside the job; it never
-//! serves such a connection. Requests on one connection are answered in order; a
-//! lookup is answered at once (after a fence, everything published before it by any
-//! rank is there).
+//! Keys and values are at most 64 and 1024 bytes (`Boot` hex-encodes values and splits
+//! longer ones over several keys). A `put` is refused (`rc=-1`) when the key names
+//! another rank (`r{R}-…`, the form `Boot` gives every key of rank `R`) or was put by
+//! another rank: a rank cannot publish in another's name. A value is visible to `get`
+//! as soon as it is put. A request that is not `key=value` words, an unknown command or
+//! missing fields get an answer with `rc=-1` (blank lines none); a line longer than
+//! 2048 bytes gets `cmd=error rc=-1 msg=line_too_long` and the connection is closed.
+//!
+//! **Connections.** A rank on this node inherits its end of a socketpair (`PMI_FD`):
+//! nothing listens, and only that rank holds the socket, so no authentication is
+//! needed; its requests are served as that rank. With `--kvs-addr`, the ranks connect
+//! to a TCP listener on that address (`PMI_PORT`, which ranks in network namespaces
+//! reach), and the first line must be the rsmpi extension of Hydra's `initack`:
+//!
+//! ```text
+//! cmd=initack pmiid=RANK rsmpi_secret=HEX
+//! ```
+//!
+//! with `HEX` that rank's `RSMPI_SECRET` (the PMI client adds `rsmpi_secret` only
+//! when `RSMPI_SECRET` is set, so Hydra never sees it). `rsmpirun` compares the secret
+//! in constant time and closes, without any answer, a connection whose first line is
+//! malformed, longer than 256 bytes or slower than 10 s, carries a wrong or missing
+//! secret, names a rank outside the job, or names a rank that already connected (one
+//! connection per rank); it never serves such a connection. At most 64 connections
+//! wait for their first line at a time: a new one closes the one waiting longest (a
+//! rank sends its line at once). An accepted one gets `cmd=initack rc=0`, `cmd=set
+//! size=N`, `cmd=set rank=RANK`, `cmd=set debug=0`, and is then served like a `PMI_FD`
+//! connection. The secret travels in clear text: the network between the hosts must be
+//! trusted.
 // One `unsafe` block: taking ownership of the socket a PMI launcher passes as
 // `PMI_FD` (`pmi::adopt_fd`), an FFI boundary.
 #![deny(unsafe_code)]
 
 mod boot;
+pub mod netns;
 mod pmi;
 mod proto;
 mod run;
 mod server;
 
 pub use boot::Boot;
+pub use pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 pub use run::{
-    run, Job, LaunchError, ENV_JOB_ID, ENV_KVS, ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_TRANSPORT,
+    place, run, Host, Job, LaunchError, ENV_JOB_ID, ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_TRANSPORT,
     KILL_GRACE, TIMEOUT_STATUS,
 };

@@ -7,7 +7,14 @@
 //! line (`init` → `response_to_init`, `get_maxes` → `maxes`, `get_my_kvsname` →
 //! `my_kvsname`, `put` → `put_result`, `barrier_in` → `barrier_out`, `get` →
 //! `get_result`, `finalize` → `finalize_ack`; `abort` has no answer). Values may not
-//! contain spaces, so published bytes travel hex-encoded.
+//! contain spaces, so published bytes travel hex-encoded; a value of `vallen_max` hex
+//! digits or more (the limit counts a C string's NUL: Hydra keeps 1023 of 1024) is
+//! split: its parts go under `KEY:1`, `KEY:2`, … and `KEY` holds `*N` (`*` is no hex
+//! digit), both in PMI-1 and PMI-2.
+//!
+//! With `PMI_PORT`, the first line is `cmd=initack pmiid=ID`; when `RSMPI_SECRET` is
+//! set (only rsmpirun sets it) the line also carries it, `rsmpi_secret=HEX`, and
+//! rsmpirun serves only a connection that does.
 //!
 //! PMI-2 (Slurm's `srun --mpi=pmi2`, which sets `PMI_JOBID`; or any launcher with
 //! `RSMPI_PMI=2`, Hydra included) chooses the version in PMI-1's format (`cmd=init
@@ -20,6 +27,9 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
 use transport::TransportError;
+
+/// Most parts a split value may have.
+const MAX_PARTS: usize = 4096;
 
 /// The environment variables of a PMI-1 launcher.
 pub const ENV_PMI_FD: &str = "PMI_FD";
@@ -63,7 +73,10 @@ pub(crate) struct Pmi {
     pub size: u32,
     pub kvsname: String,
     vallen_max: usize,
+    keylen_max: usize,
     finalized: bool,
+    /// Served by rsmpirun (set by `Boot`): an abort message may keep its spaces.
+    pub rsmpirun: bool,
     /// Speaking PMI-2 (length-prefixed `cmd=…;key=value;` messages).
     v2: bool,
     /// The PMI-2 job id (for `kvs-get`).
@@ -108,6 +121,9 @@ fn adopt_fd(fd: i32) -> Result<UnixStream, TransportError> {
     // this is the only place that takes it: `Boot::from_env` runs once per process
     // (MPI is initialized once) and nothing else in rsmpi reads PMI_FD.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // the session is this process's alone: not inherited by the programs it starts
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| exch(format!("{ENV_PMI_FD}={fd}: fcntl: {e}")))?;
     Ok(UnixStream::from(owned))
 }
 
@@ -139,8 +155,20 @@ impl Pmi {
         };
         let pmi_id = std::env::var(ENV_PMI_ID).ok();
         if let Some(id) = &pmi_id {
-            // with PMI_PORT the process says who it is first
-            conn.write_all(format!("cmd=initack pmiid={}\n", id.trim()).as_bytes())
+            // with PMI_PORT the process says who it is first (and proves it to rsmpirun)
+            let secret = match std::env::var(crate::run::ENV_SECRET) {
+                Ok(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    format!(" {}={s}", crate::proto::SECRET_KEY)
+                }
+                Ok(_) => {
+                    return Err(exch(format!(
+                        "{} is not hex digits",
+                        crate::run::ENV_SECRET
+                    )))
+                }
+                Err(_) => String::new(),
+            };
+            conn.write_all(format!("cmd=initack pmiid={}{secret}\n", id.trim()).as_bytes())
                 .map_err(|e| exch(format!("PMI initack: {e}")))?;
         }
         let reader = BufReader::new(conn.reader().map_err(|e| exch(format!("PMI: {e}")))?);
@@ -151,7 +179,9 @@ impl Pmi {
             size: 0,
             kvsname: String::new(),
             vallen_max: 1024,
+            keylen_max: 64,
             finalized: false,
+            rsmpirun: false,
             v2,
             jobid: String::new(),
             epoch: 0,
@@ -202,6 +232,9 @@ impl Pmi {
         if let Some(v) = m.get("vallen_max").and_then(|v| v.parse().ok()) {
             p.vallen_max = v;
         }
+        if let Some(v) = m.get("keylen_max").and_then(|v| v.parse().ok()) {
+            p.keylen_max = v;
+        }
         let k = p.call("cmd=get_my_kvsname", "my_kvsname")?;
         p.kvsname = k
             .get("kvsname")
@@ -242,8 +275,9 @@ impl Pmi {
             .ok_or_else(|| exch("PMI-2 answered without a job id"))?
             .to_string();
         self.kvsname = self.jobid.clone();
-        // PMI-2's minimum value length (PMI2_MAX_VALLEN)
+        // PMI-2's minimum value and key lengths (PMI2_MAX_VALLEN, PMI2_MAX_KEYLEN)
         self.vallen_max = 1024;
+        self.keylen_max = 64;
         Ok(())
     }
 
@@ -300,14 +334,34 @@ impl Pmi {
         }
     }
 
-    /// Publishes `value` under `key` (hex-encoded).
+    /// Publishes `value` under `key` (hex-encoded, split when longer than the
+    /// launcher's `vallen_max`).
     pub fn put(&mut self, key: &str, value: &[u8]) -> Result<(), TransportError> {
         let v = crate::proto::hex(value);
-        if v.len() > self.vallen_max {
+        // the limits count a C string's terminating NUL (Hydra keeps 1023 of 1024)
+        let part = self.vallen_max.saturating_sub(1).max(16);
+        if v.len() <= part {
+            return self.put_raw(key, &v);
+        }
+        let n = v.len().div_ceil(part);
+        if n > MAX_PARTS {
             return Err(exch(format!(
-                "a start-up value of {} bytes exceeds the launcher's limit of {} hex digits",
-                value.len(),
-                self.vallen_max
+                "a start-up value of {} bytes is too large for PMI",
+                value.len()
+            )));
+        }
+        for (i, chunk) in v.as_bytes().chunks(part).enumerate() {
+            let chunk = std::str::from_utf8(chunk).expect("hex is ASCII");
+            self.put_raw(&format!("{key}:{}", i + 1), chunk)?;
+        }
+        self.put_raw(key, &format!("*{n}"))
+    }
+
+    fn put_raw(&mut self, key: &str, v: &str) -> Result<(), TransportError> {
+        if key.len() >= self.keylen_max {
+            return Err(exch(format!(
+                "PMI key {key} is longer than the launcher's limit of {}",
+                self.keylen_max
             )));
         }
         if self.v2 {
@@ -354,8 +408,28 @@ impl Pmi {
         Ok(())
     }
 
-    /// Reads `key`.
+    /// Reads `key` (joining the parts of a split value).
     pub fn get(&mut self, key: &str) -> Result<Vec<u8>, TransportError> {
+        let v = self.get_raw(key)?;
+        let hex = match v.strip_prefix('*') {
+            Some(n) => {
+                let n: usize = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n <= MAX_PARTS)
+                    .ok_or_else(|| exch(format!("PMI value of {key} is not hex")))?;
+                let mut all = String::new();
+                for i in 1..=n {
+                    all.push_str(&self.get_raw(&format!("{key}:{i}"))?);
+                }
+                all
+            }
+            None => v,
+        };
+        crate::proto::unhex(&hex).ok_or_else(|| exch(format!("PMI value of {key} is not hex")))
+    }
+
+    fn get_raw(&mut self, key: &str) -> Result<String, TransportError> {
         let r = if self.v2 {
             let req = format!("cmd=kvs-get;jobid={};srcid=-1;key={key};", self.jobid);
             let r = self.call2(&req, "kvs-get-response")?;
@@ -371,12 +445,22 @@ impl Pmi {
             }
             r
         };
-        let v = r.get("value").unwrap_or_default();
-        crate::proto::unhex(v).ok_or_else(|| exch(format!("PMI value of {key} is not hex")))
+        Ok(r.get("value").unwrap_or_default().to_owned())
     }
 
     /// Asks the launcher to end the job with `code` (no answer comes).
     pub fn abort(&mut self, code: i32, msg: &str) {
+        if self.rsmpirun && !self.v2 {
+            // rsmpirun takes the rest of the line as the message
+            let msg: String = msg
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(512)
+                .collect();
+            let req = format!("cmd=abort exitcode={code} error_msg={msg}\n");
+            let _ = self.conn.write_all(req.as_bytes());
+            return;
+        }
         let msg: String = msg
             .chars()
             .map(|c| {
@@ -423,9 +507,6 @@ struct Line {
 
 impl Line {
     fn get(&self, key: &str) -> Option<&str> {
-        self.line.split_whitespace().find_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            (k == key).then_some(v)
-        })
+        crate::proto::field(&self.line, key)
     }
 }

@@ -1,81 +1,86 @@
-//! Wire format of the launcher's key-value service (see the crate docs for the table).
-//!
-//! Every frame is a little-endian `u32` length `L` followed by `L` bytes: one kind byte
-//! and `L - 1` bytes of payload.
+//! What the PMI-1 client ([`crate::pmi`]) and rsmpirun's PMI-1 server
+//! ([`crate::server`]) share: the limits rsmpirun announces, the parsing of a PMI-1
+//! line, hex, a constant-time comparison and random bytes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read};
 
-/// Client → launcher: `secret[16] ++ rank:u32`. Must be the first frame.
-pub(crate) const HELLO: u8 = 1;
-/// Client → launcher: `key_len:u32 ++ key ++ value`.
-pub(crate) const PUBLISH: u8 = 2;
-/// Client → launcher: empty.
-pub(crate) const FENCE: u8 = 3;
-/// Client → launcher: `rank:u32 ++ key`.
-pub(crate) const LOOKUP: u8 = 4;
-/// Client → launcher: `code:i32 ++ message`.
-pub(crate) const ABORT: u8 = 5;
-/// Launcher → client: success; payload is the value for a lookup, else empty (for the
-/// hello reply: `size:u32`).
-pub(crate) const OK: u8 = 0x80;
-/// Launcher → client: failure; payload is a UTF-8 message.
-pub(crate) const ERR: u8 = 0x81;
-
-/// Length of the secret in bytes.
+/// Length of a rank's secret in bytes (sent as 32 hex digits).
 pub(crate) const SECRET_LEN: usize = 16;
-/// Exact frame length (kind byte included) of a hello frame.
-pub(crate) const HELLO_LEN: u32 = 1 + SECRET_LEN as u32 + 4;
-/// Largest frame accepted from an authenticated client.
-pub(crate) const MAX_FRAME: u32 = 64 << 20;
+/// The rsmpi extension key of `cmd=initack` that carries the rank's secret.
+pub(crate) const SECRET_KEY: &str = "rsmpi_secret";
 
-/// Writes one frame with a single `write_all`.
-pub(crate) fn write_frame(w: &mut impl Write, kind: u8, parts: &[&[u8]]) -> io::Result<()> {
-    let body: usize = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
-    let len = u32::try_from(body)
-        .ok()
-        .filter(|&l| l <= MAX_FRAME)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
-    let mut buf = Vec::with_capacity(4 + body);
-    buf.extend_from_slice(&len.to_le_bytes());
-    buf.push(kind);
-    for p in parts {
-        buf.extend_from_slice(p);
+/// Limits rsmpirun announces in `cmd=maxes` (Hydra's values: the client splits longer
+/// values, so both launchers take the same path).
+pub(crate) const KVSNAME_MAX: usize = 256;
+pub(crate) const KEYLEN_MAX: usize = 64;
+pub(crate) const VALLEN_MAX: usize = 1024;
+/// Longest request line rsmpirun reads (newline excluded): a `put` at the limits above
+/// takes 1 372 bytes.
+pub(crate) const LINE_MAX: usize = 2048;
+/// Longest first line of a `PMI_PORT` connection (`cmd=initack pmiid=N
+/// rsmpi_secret=HEX`), read before the client is authenticated.
+pub(crate) const FIRST_LINE_MAX: usize = 256;
+
+/// The `key=value` fields of a PMI-1 line, in order; `None` when a word has no `=` or
+/// an empty key.
+pub(crate) fn fields(line: &str) -> Option<Vec<(&str, &str)>> {
+    line.split_ascii_whitespace()
+        .map(|w| w.split_once('=').filter(|(k, _)| !k.is_empty()))
+        .collect()
+}
+
+/// The value of the first field `key` of `line`.
+pub(crate) fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_ascii_whitespace().find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then_some(v)
+    })
+}
+
+/// One line read by [`read_line_bounded`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReadLine {
+    /// A whole line, newline (and a `\r` before it) removed.
+    Line(Vec<u8>),
+    /// The line ran past the limit (what was read of it is dropped).
+    TooLong,
+    /// End of stream (a last line without newline is returned as a line first).
+    Eof,
+}
+
+/// Reads one `\n`-terminated line of at most `max` bytes, never buffering more than
+/// `max` bytes of it.
+pub(crate) fn read_line_bounded(r: &mut impl BufRead, max: usize) -> io::Result<ReadLine> {
+    let mut line = Vec::new();
+    loop {
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(if line.is_empty() {
+                ReadLine::Eof
+            } else {
+                ReadLine::Line(line)
+            });
+        }
+        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (buf.len(), false),
+        };
+        if line.len() + take > max {
+            return Ok(ReadLine::TooLong);
+        }
+        line.extend_from_slice(&buf[..take]);
+        r.consume(take + usize::from(done));
+        if done {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(ReadLine::Line(line));
+        }
     }
-    w.write_all(&buf)?;
-    w.flush()
-}
-
-/// Reads the length prefix of the next frame.
-pub(crate) fn read_len(r: &mut impl Read) -> io::Result<u32> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
-    Ok(u32::from_le_bytes(len))
-}
-
-/// Reads a frame body of `len` bytes and splits off the kind byte.
-pub(crate) fn read_body(r: &mut impl Read, len: u32) -> io::Result<(u8, Vec<u8>)> {
-    if len == 0 || len > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "bad frame length",
-        ));
-    }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
-    let kind = body.remove(0);
-    Ok((kind, body))
-}
-
-/// Reads one whole frame.
-pub(crate) fn read_frame(r: &mut impl Read) -> io::Result<(u8, Vec<u8>)> {
-    let len = read_len(r)?;
-    read_body(r, len)
-}
-
-/// Splits a little-endian `u32` off the front of `b`.
-pub(crate) fn take_u32(b: &[u8]) -> Option<(u32, &[u8])> {
-    let (head, rest) = b.split_first_chunk::<4>()?;
-    Some((u32::from_le_bytes(*head), rest))
 }
 
 /// Compares two byte strings in time independent of where they differ.
@@ -89,7 +94,13 @@ pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Lower-case hex encoding.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        s.push(D[usize::from(b >> 4)] as char);
+        s.push(D[usize::from(b & 15)] as char);
+    }
+    s
 }
 
 /// Decodes lower- or upper-case hex; `None` on odd length or a non-hex digit.
@@ -115,18 +126,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frame_roundtrip() {
-        let mut buf = Vec::new();
-        write_frame(&mut buf, PUBLISH, &[b"ab", b"", b"cde"]).unwrap();
-        assert_eq!(&buf[..4], &6u32.to_le_bytes());
-        let (k, body) = read_frame(&mut &buf[..]).unwrap();
-        assert_eq!(k, PUBLISH);
-        assert_eq!(body, b"abcde");
-        assert!(read_body(&mut &b""[..], 0).is_err());
-        assert!(read_body(&mut &b""[..], MAX_FRAME + 1).is_err());
-    }
-
-    #[test]
     fn hex_and_compare() {
         assert_eq!(hex(&[0, 0xab, 0x1f]), "00ab1f");
         assert_eq!(unhex("00ab1F"), Some(vec![0, 0xab, 0x1f]));
@@ -136,7 +135,44 @@ mod tests {
         assert!(ct_eq(b"abc", b"abc"));
         assert!(!ct_eq(b"abc", b"abd"));
         assert!(!ct_eq(b"abc", b"ab"));
-        assert_eq!(take_u32(&[1, 0, 0, 0, 9]), Some((1, &[9u8][..])));
-        assert_eq!(take_u32(&[1, 0]), None);
+    }
+
+    #[test]
+    fn lines_and_fields() {
+        let f = fields("cmd=put kvsname=j key=a value=b=c").unwrap();
+        assert_eq!(
+            f,
+            [
+                ("cmd", "put"),
+                ("kvsname", "j"),
+                ("key", "a"),
+                ("value", "b=c")
+            ]
+        );
+        assert_eq!(fields("cmd=get junk"), None);
+        assert_eq!(fields("=x"), None);
+        assert_eq!(field("cmd=get_result rc=0 value=", "value"), Some(""));
+
+        let mut r = io::BufReader::with_capacity(4, &b"ab\r\ncdefgh\nxyz"[..]);
+        assert_eq!(
+            read_line_bounded(&mut r, 8).unwrap(),
+            ReadLine::Line(b"ab".to_vec())
+        );
+        assert_eq!(
+            read_line_bounded(&mut r, 8).unwrap(),
+            ReadLine::Line(b"cdefgh".to_vec())
+        );
+        assert_eq!(
+            read_line_bounded(&mut r, 8).unwrap(),
+            ReadLine::Line(b"xyz".to_vec())
+        );
+        assert_eq!(read_line_bounded(&mut r, 8).unwrap(), ReadLine::Eof);
+        let mut r = io::BufReader::with_capacity(4, &b"0123456789\n"[..]);
+        assert_eq!(read_line_bounded(&mut r, 8).unwrap(), ReadLine::TooLong);
+        let mut r = io::BufReader::new(&b"01234567\n"[..]);
+        assert_eq!(
+            read_line_bounded(&mut r, 8).unwrap(),
+            ReadLine::Line(b"01234567".to_vec())
+        );
     }
 }

@@ -1,15 +1,15 @@
 //! Starting and supervising the ranks of a job.
 
 use std::ffi::OsString;
-use std::fs::{self, DirBuilder};
+use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::net::UnixListener;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Writes a line to stderr, ignoring errors (stderr may be closed: reporting must not
@@ -23,8 +23,14 @@ macro_rules! report {
 
 use rustix::process::{kill_process, Pid, Signal};
 
+use crate::pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 use crate::proto;
 use crate::server::Server;
+
+/// Writes `rsmpirun: {msg}` to stderr, ignoring errors.
+pub(crate) fn report_err(msg: &str) {
+    report!("rsmpirun: {msg}");
+}
 
 /// How long ranks get between SIGTERM (or a forwarded signal) and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -33,17 +39,18 @@ const POLL: Duration = Duration::from_millis(2);
 /// Exit status of a job that hit its time limit (as `timeout(1)`).
 pub const TIMEOUT_STATUS: i32 = 124;
 
-/// Environment variable: this process's rank.
+/// Environment variable: this process's rank (informational: `Boot` takes its rank
+/// from PMI; programs use it to tell whether they run under rsmpirun).
 pub const ENV_RANK: &str = "RSMPI_RANK";
-/// Environment variable: number of ranks.
+/// Environment variable: number of ranks (informational, like `RSMPI_RANK`).
 pub const ENV_SIZE: &str = "RSMPI_SIZE";
-/// Environment variable: the job id (`[A-Za-z0-9_-]`).
+/// Environment variable: the job id (`[A-Za-z0-9_-]`), also the name of the job's PMI
+/// key-value space.
 pub const ENV_JOB_ID: &str = "RSMPI_JOB_ID";
-/// Environment variable: path of the launcher's key-value socket.
-pub const ENV_KVS: &str = "RSMPI_KVS";
-/// Environment variable: the job secret, 32 hex digits.
+/// Environment variable: with `PMI_PORT`, this rank's secret, 32 hex digits, which the
+/// PMI client sends in its `cmd=initack` line.
 pub const ENV_SECRET: &str = "RSMPI_SECRET";
-/// Environment variable: the transport to use (`shm`).
+/// Environment variable: the transport to use (`auto`, `shm`, `ofi`).
 pub const ENV_TRANSPORT: &str = "RSMPI_TRANSPORT";
 
 /// A job to launch: `size` ranks of `program args…` on this node.
@@ -61,7 +68,8 @@ pub struct Job {
     /// Prefix each line of the ranks' stdout/stderr with `[rank] ` (through pipes);
     /// otherwise the ranks inherit the launcher's stdout and stderr.
     pub prefix_output: bool,
-    /// Value of `RSMPI_TRANSPORT` (default `shm`).
+    /// Value of `RSMPI_TRANSPORT` (default `auto`: shared memory between the ranks of
+    /// a node, the network between nodes).
     pub transport: String,
     /// Kill the whole job after this long (the job then exits with status 124).
     pub timeout: Option<Duration>,
@@ -72,11 +80,92 @@ pub struct Job {
     pub forward_signals: bool,
     /// Extra environment variables for every rank (set after the `RSMPI_*` ones).
     pub env: Vec<(OsString, OsString)>,
+    /// Hosts to place the ranks on, in order; empty: all on this node. rsmpirun has
+    /// no remote shell, so a host is a network namespace of this machine (`ip netns`),
+    /// which is how multi-host jobs are tested on one machine: the ranks of one
+    /// namespace count as one node and reach the others over its network.
+    pub hosts: Vec<Host>,
+    /// The address of this machine at which the ranks reach the launcher's PMI
+    /// service over TCP (`PMI_PORT`). Needed with `hosts`; without `hosts`, the ranks
+    /// of this node use it too instead of an inherited socket (`PMI_FD`).
+    pub kvs_addr: Option<std::net::IpAddr>,
+}
+
+/// One host of a job: a network namespace of this machine and how many ranks it takes
+/// (`None`: an equal share).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    pub netns: String,
+    pub slots: Option<u32>,
+}
+
+impl Host {
+    /// Parses `name` or `name:slots` items separated by commas (`--hosts a,b:3,c`).
+    pub fn parse_list(list: &str) -> Result<Vec<Host>, LaunchError> {
+        list.split(',')
+            .map(|item| {
+                let (name, slots) = match item.split_once(':') {
+                    Some((n, s)) => match s.parse::<u32>() {
+                        Ok(k) if k > 0 => (n, Some(k)),
+                        _ => {
+                            return Err(LaunchError::InvalidJob(format!(
+                                "host {item:?}: slots must be a positive number"
+                            )))
+                        }
+                    },
+                    None => (item, None),
+                };
+                if name.is_empty()
+                    || !name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+                {
+                    return Err(LaunchError::InvalidJob(format!(
+                        "host {item:?}: expected a network namespace name"
+                    )));
+                }
+                Ok(Host {
+                    netns: name.to_owned(),
+                    slots,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The host of every rank: filled in order up to each host's slots, or in equal blocks
+/// when no host gives slots.
+pub fn place(hosts: &[Host], size: u32) -> Result<Vec<usize>, LaunchError> {
+    if hosts.is_empty() {
+        return Ok(vec![]);
+    }
+    if hosts.iter().all(|h| h.slots.is_none()) {
+        let per = size.div_ceil(hosts.len() as u32).max(1);
+        return Ok((0..size).map(|r| (r / per) as usize).collect());
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    for (i, h) in hosts.iter().enumerate() {
+        let k = h.slots.ok_or_else(|| {
+            LaunchError::InvalidJob(format!(
+                "host {}: give slots to every host or to none",
+                h.netns
+            ))
+        })?;
+        out.extend(std::iter::repeat_n(i, k as usize));
+    }
+    if out.len() < size as usize {
+        return Err(LaunchError::InvalidJob(format!(
+            "{size} ranks do not fit the hosts' {} slots",
+            out.len()
+        )));
+    }
+    out.truncate(size as usize);
+    Ok(out)
 }
 
 impl Job {
     /// A job of `size` ranks running `program args…`, with default settings: no output
-    /// prefix, transport `shm`, no time limit, signal forwarding on.
+    /// prefix, transport `auto`, no time limit, signal forwarding on.
     pub fn new<P, I, A>(size: u32, program: P, args: I) -> Job
     where
         P: Into<OsString>,
@@ -88,10 +177,12 @@ impl Job {
             args: args.into_iter().map(Into::into).collect(),
             size,
             prefix_output: false,
-            transport: "shm".into(),
+            transport: "auto".into(),
             timeout: None,
             forward_signals: true,
             env: Vec::new(),
+            hosts: Vec::new(),
+            kvs_addr: None,
         }
     }
 }
@@ -125,15 +216,13 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
     move |source| LaunchError::Io { what, source }
 }
 
-/// Removes the job's private directory and its shared-memory segments when dropped.
+/// Removes the job's shared-memory segments when dropped.
 struct Cleanup {
-    dir: PathBuf,
     job_id: String,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
         remove_segments(&self.job_id);
     }
 }
@@ -336,8 +425,8 @@ impl Supervisor {
 /// [`Boot::abort`](crate::Boot::abort), 124 on time-out, or 128 + signal when this
 /// process was interrupted. As soon as the job fails, the other ranks get SIGTERM (or
 /// the forwarded signal) and, [`KILL_GRACE`] later, SIGKILL. Messages about failures
-/// go to stderr, prefixed `rsmpirun: `. In every case the private socket directory and
-/// all `/dev/shm/rsmpi-{job_id}-*` files are removed before returning.
+/// go to stderr, prefixed `rsmpirun: `. In every case all `/dev/shm/rsmpi-{job_id}-*`
+/// files are removed before returning.
 pub fn run(job: &Job) -> Result<i32, LaunchError> {
     if job.size == 0 {
         return Err(LaunchError::InvalidJob(
@@ -347,29 +436,47 @@ pub fn run(job: &Job) -> Result<i32, LaunchError> {
     if job.program.is_empty() {
         return Err(LaunchError::InvalidJob("no program given".into()));
     }
+    let placement = place(&job.hosts, job.size)?;
+    if !job.hosts.is_empty() && job.kvs_addr.is_none() {
+        return Err(LaunchError::InvalidJob(
+            "ranks on other hosts need the address they reach the launcher at (--kvs-addr)".into(),
+        ));
+    }
+    if let Some(ip) = job.kvs_addr.filter(|ip| ip.is_unspecified()) {
+        return Err(LaunchError::InvalidJob(format!(
+            "--kvs-addr {ip}: give an address the ranks can reach, not a wildcard"
+        )));
+    }
     let signals = SignalGuard::install(job.forward_signals)?;
 
-    let secret: [u8; proto::SECRET_LEN] =
-        proto::random_bytes().map_err(io_err("reading /dev/urandom"))?;
     let tag: [u8; 4] = proto::random_bytes().map_err(io_err("reading /dev/urandom"))?;
     let job_id = format!("{}-{}", std::process::id(), proto::hex(&tag));
-
-    let dir = std::env::temp_dir().join(format!("rsmpi-{job_id}"));
-    DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(io_err(format!("creating {}", dir.display())))?;
     let cleanup = Cleanup {
-        dir: dir.clone(),
         job_id: job_id.clone(),
     };
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-        .map_err(io_err(format!("setting permissions of {}", dir.display())))?;
-    let sock = dir.join("kvs");
-    let listener =
-        UnixListener::bind(&sock).map_err(io_err(format!("binding {}", sock.display())))?;
-    let mut server = Server::start(listener, sock.clone(), job.size, secret)
-        .map_err(io_err("starting the key-value service"))?;
+
+    // PMI_PORT (TCP, a secret per rank) when the ranks reach us over the network,
+    // else an inherited socketpair per rank (PMI_FD)
+    let mut secrets = Vec::new();
+    let mut listener = None;
+    if let Some(ip) = job.kvs_addr {
+        for _ in 0..job.size {
+            secrets.push(proto::random_bytes().map_err(io_err("reading /dev/urandom"))?);
+        }
+        let l = TcpListener::bind((ip, 0)).map_err(io_err(format!("listening on {ip}")))?;
+        let a = l.local_addr().map_err(io_err("getsockname"))?;
+        listener = Some((l, a));
+    }
+    let mut server = Server::new(job.size, job_id.clone(), secrets.clone());
+    let port = match listener {
+        Some((l, a)) => {
+            server
+                .listen(l)
+                .map_err(io_err("starting the PMI service"))?;
+            Some(a)
+        }
+        None => None,
+    };
 
     let (done_tx, done_rx) = mpsc::channel();
     let mut forwarders = 0usize;
@@ -378,7 +485,17 @@ pub fn run(job: &Job) -> Result<i32, LaunchError> {
         status: Vec::new(),
     };
     for rank in 0..job.size {
-        match spawn_rank(job, rank, &job_id, &sock, &secret) {
+        let host = placement
+            .get(rank as usize)
+            .map(|&h| job.hosts[h].netns.as_str());
+        let pmi = match port {
+            Some(addr) => Ok(RankPmi::Port {
+                addr,
+                secret: secrets[rank as usize],
+            }),
+            None => local_pmi(&server, rank),
+        };
+        match pmi.and_then(|pmi| spawn_rank(job, rank, host, &job_id, pmi)) {
             Ok(mut child) => {
                 if job.prefix_output {
                     if let Some(out) = child.stdout.take() {
@@ -454,16 +571,81 @@ fn spawn_forwarder(
     }
 }
 
-fn spawn_rank(job: &Job, rank: u32, job_id: &str, sock: &Path, secret: &[u8]) -> io::Result<Child> {
-    let mut cmd = Command::new(&job.program);
-    cmd.args(&job.args)
-        .env(ENV_RANK, rank.to_string())
+/// How a rank reaches the PMI service.
+enum RankPmi {
+    /// The rank's end of a socketpair (close-on-exec until its spawn).
+    Fd(OwnedFd),
+    /// TCP, authenticated with the rank's secret.
+    Port {
+        addr: SocketAddr,
+        secret: [u8; proto::SECRET_LEN],
+    },
+}
+
+/// A socketpair for `rank`: the server serves one end, the rank inherits the other.
+fn local_pmi(server: &Server, rank: u32) -> io::Result<RankPmi> {
+    // both ends are close-on-exec
+    let (ours, theirs) = UnixStream::pair()?;
+    server.serve_fd(rank, ours)?;
+    let theirs = OwnedFd::from(theirs);
+    // descriptors 0-2 become the rank's stdio: keep the socket above them
+    let theirs = if theirs.as_raw_fd() < 3 {
+        rustix::io::fcntl_dupfd_cloexec(&theirs, 3)?
+    } else {
+        theirs
+    };
+    Ok(RankPmi::Fd(theirs))
+}
+
+/// Held from making a rank's socket inheritable to closing it after the spawn, so that
+/// the ranks of jobs started concurrently by this process (a library caller of [`run`])
+/// do not inherit each other's sockets. (A process this one spawns by other means in
+/// that window could; rsmpirun itself spawns nothing else.)
+static SPAWN: Mutex<()> = Mutex::new(());
+
+fn spawn_rank(
+    job: &Job,
+    rank: u32,
+    netns: Option<&str>,
+    job_id: &str,
+    pmi: RankPmi,
+) -> io::Result<Child> {
+    let mut cmd = match netns {
+        // `ip netns exec` enters the namespace and execs the program (no fork), so
+        // the child is the rank itself
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&job.program);
+            c
+        }
+        None => Command::new(&job.program),
+    };
+    cmd.args(&job.args);
+    // nothing of an enclosing launcher's PMI session (or an outer rsmpirun's) must
+    // reach the ranks: they talk to this one
+    for (k, _) in std::env::vars_os() {
+        let k_s = k.to_string_lossy();
+        if k_s.starts_with("PMI_") || k_s == "RSMPI_PMI" || k_s == ENV_SECRET {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env(ENV_RANK, rank.to_string())
         .env(ENV_SIZE, job.size.to_string())
         .env(ENV_JOB_ID, job_id)
-        .env(ENV_KVS, sock)
-        .env(ENV_SECRET, proto::hex(secret))
         .env(ENV_TRANSPORT, &job.transport)
-        .envs(job.env.iter().map(|(k, v)| (k, v)));
+        .env(ENV_PMI_RANK, rank.to_string())
+        .env(ENV_PMI_SIZE, job.size.to_string());
+    match &pmi {
+        RankPmi::Fd(fd) => {
+            cmd.env(ENV_PMI_FD, fd.as_raw_fd().to_string());
+        }
+        RankPmi::Port { addr, secret } => {
+            cmd.env(ENV_PMI_PORT, addr.to_string())
+                .env(ENV_PMI_ID, rank.to_string())
+                .env(ENV_SECRET, proto::hex(secret));
+        }
+    }
+    cmd.envs(job.env.iter().map(|(k, v)| (k, v)));
     // Like mpirun: standard input goes to rank 0 only.
     if rank != 0 {
         cmd.stdin(Stdio::null());
@@ -471,7 +653,18 @@ fn spawn_rank(job: &Job, rank: u32, job_id: &str, sock: &Path, secret: &[u8]) ->
     if job.prefix_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    cmd.spawn()
+    match pmi {
+        RankPmi::Fd(fd) => {
+            let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+            // inherited by this rank only: close-on-exec again once it is spawned (by
+            // closing this process's copy)
+            rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::empty())?;
+            let child = cmd.spawn();
+            drop(fd);
+            child
+        }
+        RankPmi::Port { .. } => cmd.spawn(),
+    }
 }
 
 /// How long an abort waits for a signal-killed rank to be reaped (see `supervise`).

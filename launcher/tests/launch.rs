@@ -1,8 +1,7 @@
 //! End-to-end tests: real `rsmpirun` processes running `rsmpirun-testprog` ranks.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
+use std::net::TcpStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -23,9 +22,14 @@ struct Out {
 
 /// Starts `rsmpirun args…` with piped output.
 fn start(args: &[&str]) -> Child {
+    start_env(args, &[])
+}
+
+fn start_env(args: &[&str], env: &[(&str, &str)]) -> Child {
     Command::new(RUN)
         .args(args)
         .env_remove("RSMPI_RANK")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -139,14 +143,20 @@ fn assert_cleaned_up(dir: &Path, n: u32) {
         Vec::<String>::new(),
         "segments left behind"
     );
-    let sockdir = std::env::temp_dir().join(format!("rsmpi-{job_id}"));
-    assert!(!sockdir.exists(), "{} left behind", sockdir.display());
     let _ = std::fs::remove_dir_all(dir);
 }
 
 fn check_kvs(n: u32) {
+    check_kvs_with(n, &[], &[]);
+}
+
+/// A `kvs` job of `n` ranks, with extra rsmpirun arguments and environment.
+fn check_kvs_with(n: u32, extra: &[&str], env: &[(&str, &str)]) {
     let n_s = n.to_string();
-    let out = rsmpirun(&["--timeout", "30", "-n", &n_s, PROG, "kvs"]);
+    let mut args = vec!["--timeout", "30", "-n", &n_s];
+    args.extend_from_slice(extra);
+    args.extend([PROG, "kvs"]);
+    let out = finish(start_env(&args, env), Instant::now());
     assert!(
         out.status.success(),
         "n={n}: {:?}\n{}\n{}",
@@ -394,13 +404,128 @@ fn sigterm_to_the_launcher_is_forwarded_and_cleans_up() {
     assert_cleaned_up(&dir, 3);
 }
 
+/// Standard input goes to rank 0 only (the others read end of file at once).
 #[test]
-fn wrong_secret_is_rejected_and_the_job_is_unaffected() {
+fn stdin_goes_to_rank_0() {
+    let t = Instant::now();
+    let mut child = Command::new(RUN)
+        .args(["--timeout", "30", "-n", "3", PROG, "stdin"])
+        .env_remove("RSMPI_RANK")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(b"to rank zero\n").unwrap();
+    drop(input);
+    let out = finish(child, t);
+    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
+    let mut lines: Vec<&str> = out.stdout.lines().map(str::trim_end).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["rank 0 read: to rank zero", "rank 1 read:", "rank 2 read:"],
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn kvs_over_pmi_port() {
+    // --kvs-addr without --hosts: the local ranks use PMI_PORT (TCP) too
+    check_kvs_with(3, &["--kvs-addr", "127.0.0.1"], &[]);
+}
+
+/// A PMI session of an enclosing launcher (or an outer rsmpirun) in rsmpirun's
+/// environment does not reach the ranks: `PMI_JOBID` or `RSMPI_PMI=2` would make them
+/// speak PMI-2, a stale `PMI_ID` would make them send an `initack` on `PMI_FD`.
+#[test]
+fn outer_pmi_variables_do_not_reach_the_ranks() {
+    let outer = [
+        ("PMI_JOBID", "77"),
+        ("RSMPI_PMI", "2"),
+        ("PMI_ID", "5"),
+        ("PMI_PORT", "127.0.0.1:1"),
+        ("PMI_FD", "1"),
+        ("RSMPI_SECRET", "zz"),
+    ];
+    check_kvs_with(2, &[], &outer);
+    check_kvs_with(2, &["--kvs-addr", "127.0.0.1"], &outer);
+}
+
+/// Every PMI-1 request rsmpirun serves, answered as documented, spoken by hand over
+/// PMI_PORT by the ranks themselves (`testprog raw`): puts and gets (a missing key is
+/// an error answer), barriers, another rank's key refused, malformed and non-UTF-8
+/// requests answered with an error, a line over the limit closing the connection, a
+/// second connection for a rank and a rank's secret used for another rank refused.
+#[test]
+fn pmi_server_answers_every_request() {
+    let out = rsmpirun(&[
+        "--timeout",
+        "30",
+        "--kvs-addr",
+        "127.0.0.1",
+        "-n",
+        "3",
+        PROG,
+        "raw",
+    ]);
+    assert!(
+        out.status.success(),
+        "{:?}\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    for r in 0..3 {
+        assert!(
+            out.stdout.contains(&format!("rank {r} raw ok")),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+/// Sends `bytes` to a fresh connection to `port` and expects it closed without a byte
+/// of answer (EOF, or a reset when the server closed with unread input).
+fn expect_closed_unanswered(port: &str, bytes: &[u8], what: &str) {
+    let t = Instant::now();
+    let mut s = TcpStream::connect(port).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let _ = s.write_all(bytes);
+    if bytes.is_empty() {
+        // said nothing and hung up (a silent client is closed after 10 s)
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("{what}: answered {:?}", String::from_utf8_lossy(&buf[..n])),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{what}: not closed ({e})"),
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(12),
+        "{what}: took {:?}",
+        t.elapsed()
+    );
+}
+
+/// Over PMI_PORT, connections without the right secret for a rank not yet connected
+/// (rank 1 connects only once told to go) are closed unanswered and unserved (had one
+/// been served, rank 1 could not connect, and its puts would spoil the ranks' values),
+/// as are a second connection for rank 0, malformed and oversized first lines; the job
+/// goes on unaffected.
+#[test]
+fn bad_secret_over_pmi_port_is_refused_and_the_job_is_unaffected() {
     let dir = scratch("secret");
     let t = Instant::now();
     let child = start(&[
         "--timeout",
         "40",
+        "--kvs-addr",
+        "127.0.0.1",
         "-n",
         "2",
         PROG,
@@ -408,51 +533,63 @@ fn wrong_secret_is_rejected_and_the_job_is_unaffected() {
         dir.to_str().unwrap(),
     ]);
     wait_for_file(&dir.join("kvs"));
-    let sock = PathBuf::from(std::fs::read_to_string(dir.join("kvs")).unwrap());
-    let sockdir = sock.parent().unwrap();
-    let mode = std::fs::metadata(sockdir).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o700, "socket directory mode {mode:o}");
-
-    // A hello with a wrong secret for rank 0, followed by a publish that would spoil
-    // rank 0's value if it were served.
-    let mut frames = Vec::new();
-    let hello: Vec<u8> = [&[1u8][..], &[0xa5; 16], &0u32.to_le_bytes()].concat();
-    frames.extend_from_slice(&(hello.len() as u32).to_le_bytes());
-    frames.extend_from_slice(&hello);
-    let key = b"key0";
-    let publish: Vec<u8> = [
-        &[2u8][..],
-        &(key.len() as u32).to_le_bytes(),
-        key,
-        b"spoiled",
-    ]
-    .concat();
-    frames.extend_from_slice(&(publish.len() as u32).to_le_bytes());
-    frames.extend_from_slice(&publish);
-    let fence = [1u32.to_le_bytes().as_slice(), &[3u8]].concat();
-    frames.extend_from_slice(&fence);
-    let lookup: Vec<u8> = [&[4u8][..], &1u32.to_le_bytes(), key].concat();
-    frames.extend_from_slice(&(lookup.len() as u32).to_le_bytes());
-    frames.extend_from_slice(&lookup);
-
-    let mut s = UnixStream::connect(&sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let _ = s.write_all(&frames);
-    let mut buf = [0u8; 64];
-    // Closed without a single byte of answer (a timeout error would fail here too).
-    assert_eq!(
-        s.read(&mut buf).expect("connection closed, not timed out"),
-        0
+    let info = std::fs::read_to_string(dir.join("kvs")).unwrap();
+    let mut lines = info.lines();
+    let (port, secret0, job) = (
+        lines.next().unwrap().to_owned(),
+        lines.next().unwrap().to_owned(),
+        lines.next().unwrap().to_owned(),
     );
-
-    // A hello of the wrong length is dropped as well.
-    let mut s2 = UnixStream::connect(&sock).unwrap();
-    s2.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let _ = s2.write_all(&[200, 0, 0, 0, 1, 2, 3]);
-    assert_eq!(
-        s2.read(&mut buf).expect("connection closed, not timed out"),
-        0
-    );
+    assert!(port.starts_with("127.0.0.1:"), "{port}");
+    assert_eq!(secret0.len(), 32);
+    let spoil = |id: u32| {
+        format!(
+            "cmd=put kvsname={job} key=r{id}-key0 value=00\ncmd=barrier_in\ncmd=get kvsname={job} key=r{id}-key0\n"
+        )
+    };
+    let wrong = "0".repeat(32);
+    for (first, what) in [
+        ("cmd=initack pmiid=1".to_owned(), "no secret"),
+        (
+            format!("cmd=initack pmiid=1 rsmpi_secret={wrong}"),
+            "wrong secret",
+        ),
+        (
+            format!("cmd=initack pmiid=1 rsmpi_secret={}", &secret0[..30]),
+            "short secret",
+        ),
+        (
+            format!("cmd=initack pmiid=1 rsmpi_secret={secret0}"),
+            "rank 0's secret for rank 1",
+        ),
+        (
+            format!("cmd=initack pmiid=0 rsmpi_secret={secret0}"),
+            "a second connection for rank 0",
+        ),
+        (
+            format!("cmd=initack pmiid=2 rsmpi_secret={secret0}"),
+            "a rank outside the job",
+        ),
+        (
+            format!("cmd=initack pmiid=-1 rsmpi_secret={secret0}"),
+            "a negative rank",
+        ),
+        (
+            format!("cmd=init pmiid=0 rsmpi_secret={secret0}"),
+            "not an initack",
+        ),
+        (
+            format!("cmd=initack pmiid=0 pmiid=1 rsmpi_secret={secret0}"),
+            "two ids",
+        ),
+    ] {
+        let id = if first.contains("pmiid=0") { 0 } else { 1 };
+        expect_closed_unanswered(&port, format!("{first}\n{}", spoil(id)).as_bytes(), what);
+    }
+    // oversized, binary, and silent-then-closed first lines
+    expect_closed_unanswered(&port, &vec![b'a'; 1 << 20], "a 1 MiB first line");
+    expect_closed_unanswered(&port, &[0xff, 0, 0x80, b'\n', 1, 2, 3], "binary junk");
+    expect_closed_unanswered(&port, b"", "nothing, then end of stream");
 
     std::fs::write(dir.join("go"), b"").unwrap();
     let out = finish(child, t);
@@ -465,8 +602,52 @@ fn wrong_secret_is_rejected_and_the_job_is_unaffected() {
     );
     assert!(out.stdout.contains("rank 0 of 2 ok"), "{}", out.stdout);
     assert!(out.stdout.contains("rank 1 of 2 ok"), "{}", out.stdout);
-    assert!(!sockdir.exists(), "socket directory left behind");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn abort_over_pmi_port_ends_the_job_with_its_code() {
+    let dir = scratch("abort-port");
+    let d = dir.to_str().unwrap();
+    let out = rsmpirun(&[
+        "--timeout",
+        "40",
+        "--kvs-addr",
+        "127.0.0.1",
+        "-n",
+        "3",
+        PROG,
+        "fail",
+        d,
+        "abort",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(42), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("rsmpirun: rank 2 called abort with code 42: test abort"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        out.elapsed
+    );
+    assert_cleaned_up(&dir, 3);
+}
+
+/// The ranks' job id (from PMI: rsmpirun names the key-value space after its job id)
+/// is the one rsmpirun cleans up after: no segment is left after a job that ended
+/// well (here, as after the failed ones above).
+#[test]
+fn no_segment_is_left_after_a_normal_job() {
+    let dir = scratch("segment");
+    let d = dir.to_str().unwrap();
+    let out = rsmpirun(&["--timeout", "30", "-n", "3", PROG, "segment", d]);
+    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
+    // the ranks created /dev/shm/rsmpi-{their job id}-test{R}
+    assert_cleaned_up(&dir, 3);
 }
 
 #[test]
@@ -480,9 +661,14 @@ fn singleton_without_launcher() {
     for v in [
         "RSMPI_RANK",
         "RSMPI_SIZE",
-        "RSMPI_KVS",
         "RSMPI_SECRET",
         "RSMPI_JOB_ID",
+        "PMI_FD",
+        "PMI_PORT",
+        "PMI_ID",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMI_JOBID",
     ] {
         cmd.env_remove(v);
     }
@@ -492,6 +678,20 @@ fn singleton_without_launcher() {
         out.stdout.starts_with("rank 0 of 1 ok job single-"),
         "{}",
         out.stdout
+    );
+    // RSMPI_RANK without a PMI connection: not a singleton, an error
+    let out = Command::new(PROG)
+        .arg("kvs")
+        .env("RSMPI_RANK", "0")
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("neither PMI_FD nor PMI_PORT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -208,17 +208,8 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         return Err(Error::AlreadyInitialized);
     }
     let mut boot = Boot::init().map_err(|e| Error::Transport(e.to_string()))?;
-    match boot.transport() {
-        "shm" | "" => {}
-        other => {
-            return Err(Error::Transport(format!(
-                "transport {other:?} is not available in this build (have: shm)"
-            )))
-        }
-    }
-    let t =
-        transport_shm::ShmTransport::new(&mut boot).map_err(|e| Error::Transport(e.to_string()))?;
-    let caps = transport::Transport::caps(&t);
+    let t = crate::select::open(&mut boot)?;
+    let caps = t.caps();
     // the eager payload rides inside one control message
     cfg.eager_limit = cfg
         .eager_limit
@@ -230,7 +221,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     let engine = Engine::new(me, boot.size(), cfg);
     progress::install(State {
         engine,
-        transport: wrap_transport(Box::new(t)),
+        transport: wrap_transport(t),
         regions: Default::default(),
         recv_dst: Default::default(),
         send_src: Default::default(),
@@ -245,6 +236,8 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         owned_done: Default::default(),
         colls: Default::default(),
         start: std::time::Instant::now(),
+        registers: caps.registers,
+        exposures: Default::default(),
     })?;
     let u = Universe {
         _not_send: std::marker::PhantomData,

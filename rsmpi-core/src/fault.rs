@@ -79,8 +79,12 @@ impl Transport for Faulty {
     ) -> Result<(), TransportError> {
         self.inner.try_send(peer, header, payload)
     }
-    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf {
+    fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
         self.inner.expose(addr, len)
+    }
+
+    fn unexpose(&mut self, buf: RemoteBuf) {
+        self.inner.unexpose(buf)
     }
     fn put(
         &mut self,

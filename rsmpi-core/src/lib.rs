@@ -47,6 +47,7 @@ mod fault;
 pub mod point_to_point;
 mod progress;
 pub mod request;
+mod select;
 pub mod topology;
 
 pub use datatype::{Address, Buffer, BufferMut, Count, Equivalence, MutView, UserDatatype, View};

@@ -219,6 +219,10 @@ pub(crate) struct State {
     /// Collective schedules in progress.
     pub colls: crate::collective::exec::Colls,
     pub start: std::time::Instant,
+    /// The transport registers exposed memory ([`transport::Caps::registers`]): each
+    /// request's exposure is kept in `exposures` and undone when the request ends.
+    pub registers: bool,
+    pub exposures: HashMap<Key, transport::RemoteBuf>,
 }
 
 thread_local! {
@@ -408,6 +412,29 @@ impl State {
         };
     }
 
+    /// Exposes a request's buffer to peers.
+    pub fn expose(&mut self, addr: usize, len: usize) -> Result<transport::RemoteBuf> {
+        self.transport
+            .expose(addr, len)
+            .map_err(|e| crate::Error::Transport(format!("exposing {len} bytes: {e}")))
+    }
+
+    /// Remembers the exposure of request `key` until it ends (registering transports).
+    pub fn exposed(&mut self, key: Key, buf: transport::RemoteBuf) {
+        if self.registers {
+            self.exposures.insert(key, buf);
+        }
+    }
+
+    /// Undoes the exposure of request `key`, which has ended.
+    fn unexpose(&mut self, key: Key) {
+        if self.registers {
+            if let Some(b) = self.exposures.remove(&key) {
+                self.transport.unexpose(b);
+            }
+        }
+    }
+
     pub fn run_outputs(&mut self) {
         while let Some(o) = self.engine.poll_output() {
             match o {
@@ -490,6 +517,7 @@ impl State {
                         }
                         None => {}
                     }
+                    self.unexpose(Key::Recv(recv));
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
@@ -508,10 +536,15 @@ impl State {
                         }
                         _ => {}
                     }
+                    // a buffered send's copy stays exposed until the copy is freed
+                    if !self.send_src.contains_key(&send) {
+                        self.unexpose(Key::Send(send));
+                    }
                     self.done.insert(Key::Send(send), Done::Send(outcome));
                 }
                 Output::BufferFree { send } => {
                     self.send_src.remove(&send);
+                    self.unexpose(Key::Send(send));
                 }
             }
         }

@@ -15,7 +15,7 @@
 //!
 //! // One-sided: expose a buffer, advertise the descriptor, let a peer put into it.
 //! let mut buf = vec![0u8; 1 << 20];
-//! let desc = t.expose(buf.as_mut_ptr() as usize, buf.len());
+//! let desc = t.expose(buf.as_mut_ptr() as usize, buf.len())?;
 //! t.put(me, b"written by CMA", desc, 0)?;
 //! assert_eq!(&buf[..14], b"written by CMA");
 //! # Ok(()) }
@@ -240,6 +240,9 @@ fn lookup_u64(ex: &mut dyn Exchange, rank: Rank, key: &str) -> Result<u64, Trans
         })
 }
 
+/// `ShmTransport::slot` of a rank on another node.
+const NOT_LOCAL: u32 = u32::MAX;
+
 /// The shared-memory [`Transport`]; see the crate docs.
 pub struct ShmTransport {
     rank: Rank,
@@ -250,6 +253,12 @@ pub struct ShmTransport {
     consumers: Vec<Consumer>,
     /// Round-robin start of the next `poll`.
     next: usize,
+    /// The ranks on this node that this transport serves, ascending (`local[i]` owns
+    /// ring slot i of every segment).
+    local: Vec<Rank>,
+    /// Job rank -> slot in `local` (`NOT_LOCAL` for ranks elsewhere).
+    slot: Vec<u32>,
+    /// `pids[i]`: the pid of `local[i]`.
     pids: Vec<i32>,
     cma: bool,
     // The mappings come last: rings above point into them.
@@ -273,10 +282,34 @@ impl ShmTransport {
     /// Sets up the transport for this rank; collective over all ranks of the job (two
     /// fences of `ex`). See the crate docs for the steps.
     pub fn new(ex: &mut dyn Exchange) -> Result<Self, TransportError> {
+        let all: Vec<Rank> = (0..ex.size()).collect();
+        Self::with_local(ex, &all)
+    }
+
+    /// Sets up the transport between the ranks of `local` only (the ranks of the job
+    /// on this node, this rank among them); every rank of the job calls it, each with
+    /// its own node's ranks (the fences of `ex` are over the whole job). Segments then
+    /// hold one ring per local rank, and the other ranks are [`TransportError::NoSuchRank`]
+    /// to this transport.
+    pub fn with_local(ex: &mut dyn Exchange, local: &[Rank]) -> Result<Self, TransportError> {
         let (rank, size) = (ex.rank(), ex.size());
         if rank >= size {
             return Err(TransportError::Exchange(format!("rank {rank} of {size}")));
         }
+        let mut local = local.to_vec();
+        local.sort_unstable();
+        local.dedup();
+        if local.last().is_some_and(|&r| r >= size) || !local.contains(&rank) {
+            return Err(TransportError::Exchange(format!(
+                "the ranks on this node ({local:?}) must include rank {rank} and lie below {size}"
+            )));
+        }
+        let mut slot = vec![NOT_LOCAL; size as usize];
+        for (i, &r) in local.iter().enumerate() {
+            slot[r as usize] = i as u32;
+        }
+        let me = slot[rank as usize];
+        let n = local.len() as u32;
         let job = ex.job_id().to_owned();
         if job.is_empty()
             || !job
@@ -285,10 +318,10 @@ impl ShmTransport {
         {
             return Err(TransportError::Exchange(format!("invalid job id {job:?}")));
         }
-        let len = segment_len(size);
+        let len = segment_len(n);
         let mut own = OwnSegment::create(segment_path(&job, rank), len)?;
-        let own_view = view(&own.map, size);
-        own_view.init_header(rank);
+        let own_view = view(&own.map, n);
+        own_view.init_header(me);
 
         // Allow peers to use CMA on us under Yama's ptrace_scope=1 (EINVAL without Yama).
         let _ = rustix::process::set_ptracer(rustix::process::PTracer::Any);
@@ -297,16 +330,16 @@ impl ShmTransport {
         ex.publish(KEY_PROBE, own_view.header_addr().to_string().as_bytes())?;
         ex.fence()?;
 
-        let mut peers = Vec::with_capacity(size as usize);
-        let mut pids = Vec::with_capacity(size as usize);
+        let mut peers = Vec::with_capacity(local.len());
+        let mut pids = Vec::with_capacity(local.len());
         let mut cma = true;
-        for p in 0..size {
+        for (i, &p) in local.iter().enumerate() {
             if p == rank {
                 peers.push(None);
             } else {
                 let map = map_peer(&segment_path(&job, p), len)?;
-                view(&map, size)
-                    .validate(p)
+                view(&map, n)
+                    .validate(i as u32)
                     .map_err(|e| TransportError::Exchange(format!("segment of rank {p}: {e}")))?;
                 peers.push(Some(map));
             }
@@ -334,19 +367,22 @@ impl ShmTransport {
         // Everyone has mapped everything: the name is no longer needed.
         own.name.unlink()?;
 
-        let producers = (0..size)
-            .map(|p| match &peers[p as usize] {
-                Some(map) => Producer::new(view(map, size).ring(rank)),
-                None => Producer::new(own_view.ring(rank)),
+        let producers = peers
+            .iter()
+            .map(|map| match map {
+                Some(map) => Producer::new(view(map, n).ring(me)),
+                None => Producer::new(own_view.ring(me)),
             })
             .collect();
-        let consumers = (0..size).map(|s| Consumer::new(own_view.ring(s))).collect();
+        let consumers = (0..n).map(|s| Consumer::new(own_view.ring(s))).collect();
         Ok(Self {
             rank,
             size,
             producers,
             consumers,
             next: 0,
+            local,
+            slot,
             pids,
             cma,
             _peer_maps: peers,
@@ -356,7 +392,19 @@ impl ShmTransport {
 
     /// The pid of `peer`'s process.
     pub fn peer_pid(&self, peer: Rank) -> Option<i32> {
-        self.pids.get(peer as usize).copied()
+        self.pids.get(self.slot_of(peer)?).copied()
+    }
+
+    /// The ranks this transport serves (this node's), ascending.
+    pub fn local_ranks(&self) -> &[Rank] {
+        &self.local
+    }
+
+    fn slot_of(&self, peer: Rank) -> Option<usize> {
+        match self.slot.get(peer as usize) {
+            Some(&s) if s != NOT_LOCAL => Some(s as usize),
+            _ => None,
+        }
     }
 
     /// Whether `peer`'s process still exists (a zombie counts as gone). This is how a
@@ -405,6 +453,7 @@ impl Transport for ShmTransport {
             ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD,
             put: self.cma,
             get: self.cma,
+            registers: false,
         }
     }
 
@@ -418,10 +467,8 @@ impl Transport for ShmTransport {
         if len > MAX_CTRL {
             return Err(TransportError::TooLarge { len, max: MAX_CTRL });
         }
-        let p = self
-            .producers
-            .get_mut(peer as usize)
-            .ok_or(TransportError::NoSuchRank(peer))?;
+        let i = self.slot_of(peer).ok_or(TransportError::NoSuchRank(peer))?;
+        let p = &mut self.producers[i];
         if p.try_push(header, payload) {
             Ok(())
         } else {
@@ -441,7 +488,7 @@ impl Transport for ShmTransport {
         let mut idle = 0;
         let mut s = self.next;
         while got < max && idle < n {
-            let sender = s as Rank;
+            let sender = self.local[s];
             let popped =
                 self.consumers[s]
                     .pop(|m| f(sender, m))
@@ -464,12 +511,12 @@ impl Transport for ShmTransport {
         Ok(got)
     }
 
-    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf {
-        RemoteBuf {
+    fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
+        Ok(RemoteBuf {
             addr: addr as u64,
             len: len as u64,
             key: 0,
-        }
+        })
     }
 
     fn put(

@@ -150,7 +150,7 @@ fn cma_put_get_1mib_and_bounds() {
                 .map(old)
                 .chain(std::iter::repeat_n(0xee, GUARD))
                 .collect();
-            let d = t.expose(buf.as_mut_ptr() as usize, LEN);
+            let d = t.expose(buf.as_mut_ptr() as usize, LEN).unwrap();
             publish_u64(&mut ex, "buf.addr", d.addr);
             publish_u64(&mut ex, "buf.len", d.len);
             ex.fence().unwrap();
@@ -298,7 +298,7 @@ fn crash_body(env: &RankEnv) {
         }
         std::process::abort();
     }
-    let d = t.expose(buf.as_mut_ptr() as usize, buf.len());
+    let d = t.expose(buf.as_mut_ptr() as usize, buf.len()).unwrap();
     let mut k = 0u32;
     // The 10 messages sent before the crash arrive; then nothing, without hanging.
     assert!(poll_until(&mut t, Duration::from_secs(30), |s, m| {
@@ -379,4 +379,36 @@ fn peer_missing_at_startup_fails_cleanly() {
     );
     assert_eq!(out.status[1].signal(), Some(6));
     assert!(out.left.is_empty(), "left in /dev/shm: {:?}", out.left);
+}
+
+/// Two "nodes" of two ranks each ({0, 2} and {1, 3}): each transport serves its own
+/// node only, traffic inside a node flows, and the ranks of the other node are not
+/// reachable through it.
+#[test]
+fn local_subsets_of_a_job() {
+    run_ranks("local_subsets_of_a_job", 4, TIMEOUT, |env| {
+        let node: Vec<Rank> = (0..env.size).filter(|r| r % 2 == env.rank % 2).collect();
+        let mut t = ShmTransport::with_local(&mut env.exchange(), &node).unwrap();
+        assert_eq!(t.local_ranks(), &node[..]);
+        let far = (env.rank + 1) % env.size;
+        assert!(matches!(
+            t.try_send(far, b"x", b""),
+            Err(TransportError::NoSuchRank(r)) if r == far
+        ));
+        assert!(t.peer_pid(far).is_none());
+        assert!(t.peer_pid(node[0]).is_some());
+        stream_exchange(&mut t, &node, &node, 3_000, Duration::from_secs(100));
+    });
+}
+
+#[test]
+fn local_subset_must_include_this_rank() {
+    let dir = std::env::temp_dir().join(format!("shm-subset-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ex = FileExchange::new(&dir, 0, 2, format!("subset{}", std::process::id()));
+    let e = ShmTransport::with_local(&mut ex, &[1]).unwrap_err();
+    assert!(e.to_string().contains("must include rank 0"), "{e}");
+    let e = ShmTransport::with_local(&mut ex, &[0, 2]).unwrap_err();
+    assert!(e.to_string().contains("below 2"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -122,7 +122,7 @@ fn bad_sends_are_rejected() {
 fn self_put_get() {
     let (mut t, job, dir) = solo("self_put_get");
     let mut buf = vec![0u8; 1 << 20];
-    let d = t.expose(buf.as_mut_ptr() as usize, buf.len() - 16);
+    let d = t.expose(buf.as_mut_ptr() as usize, buf.len() - 16).unwrap();
     assert_eq!(
         d,
         RemoteBuf {

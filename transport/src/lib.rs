@@ -28,7 +28,7 @@
 //! impl Transport for Loopback {
 //!     fn rank(&self) -> Rank { 0 }
 //!     fn size(&self) -> u32 { 1 }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false } }
 //!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
 //!         self.0.push_back([header, payload].concat());
 //!         Ok(())
@@ -42,7 +42,9 @@
 //!         }
 //!         Ok(n)
 //!     }
-//!     fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf { RemoteBuf { addr: addr as u64, len: len as u64, key: 0 } }
+//!     fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
+//!         Ok(RemoteBuf { addr: addr as u64, len: len as u64, key: 0 })
+//!     }
 //!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("put")) }
 //!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("get")) }
 //! }
@@ -56,13 +58,16 @@
 #![deny(unsafe_code)]
 
 pub mod mem;
+pub mod route;
 
 /// A rank in the job (`MPI_COMM_WORLD` numbering).
 pub type Rank = u32;
 
 /// Memory of a peer that the peer exposed for one-sided access: the address in the
-/// peer's address space, its length, and a transport-specific key (an RDMA rkey; 0 for
-/// shared memory). Only the range `addr .. addr + len` may ever be touched.
+/// peer's address space (always the virtual address, also for transports whose
+/// registrations are addressed by offset: they ignore it), its length, and a
+/// transport-specific key (an RDMA rkey; 0 for shared memory). Only the range
+/// `addr .. addr + len` may ever be touched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct RemoteBuf {
     pub addr: u64,
@@ -89,6 +94,11 @@ pub struct Caps {
     pub put: bool,
     /// One-sided read from exposed peer memory is available.
     pub get: bool,
+    /// Exposing memory registers it (costs a system call or more, holds a resource):
+    /// every [`Transport::expose`] must be paired with a [`Transport::unexpose`] when
+    /// the request using the memory ends. `false` (shared memory): `unexpose` does
+    /// nothing and callers may skip it.
+    pub registers: bool,
 }
 
 /// Errors a transport reports.
@@ -109,6 +119,10 @@ pub enum TransportError {
     /// The peer is gone (exited or crashed).
     #[error("rank {0} is unreachable: {1}")]
     PeerGone(Rank, String),
+    /// The peer refused a one-sided access (for example a bad or revoked key, after
+    /// the peer ended the exposure); its memory was not touched.
+    #[error("one-sided access to rank {0} was refused: {1}")]
+    AccessDenied(Rank, String),
     /// The operation is not offered by this transport.
     #[error("operation {0} is not supported by this transport")]
     Unsupported(&'static str),
@@ -151,8 +165,17 @@ pub trait Transport {
 
     /// Exposes `len` bytes at local address `addr` for one-sided access by peers and
     /// returns the descriptor to advertise. For shared memory this is the address
-    /// itself; RDMA transports register the memory.
-    fn expose(&mut self, addr: usize, len: usize) -> RemoteBuf;
+    /// itself; network transports register the memory, which can fail (for example
+    /// when the registration limit is reached). The exposure lasts until
+    /// [`Transport::unexpose`]; a peer's access to memory no longer exposed fails at
+    /// the peer and never touches the memory.
+    fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError>;
+
+    /// Ends an exposure made by [`Transport::expose`] (the request using the memory
+    /// has ended). Only needed where [`Caps::registers`] is set.
+    fn unexpose(&mut self, buf: RemoteBuf) {
+        let _ = buf;
+    }
 
     /// Writes `src` into `dst` at byte `offset` of the peer's exposed buffer. The write
     /// is visible at the peer before any control message sent after this call returns.

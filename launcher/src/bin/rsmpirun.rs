@@ -1,4 +1,4 @@
-//! `rsmpirun -n N [--prefix] [--transport shm] [--timeout SECS] [--] program args…`
+//! `rsmpirun -n N [--prefix] [--transport auto|shm|ofi] [--hosts LIST --kvs-addr ADDR] [--timeout SECS] [--] program args…`
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -18,9 +18,20 @@ struct Args {
     /// Prefix each output line of a rank with `[rank] `.
     #[arg(long)]
     prefix: bool,
-    /// Transport the ranks should use (passed as RSMPI_TRANSPORT).
-    #[arg(long, default_value = "shm")]
+    /// Transport the ranks should use (passed as RSMPI_TRANSPORT): auto (shared memory
+    /// within a node, the network between nodes), shm, or ofi (libfabric to every peer).
+    #[arg(long, default_value = "auto")]
     transport: String,
+    /// Place the ranks on these hosts: network namespaces of this machine (`ip netns`),
+    /// `name` or `name:slots`, comma-separated; ranks fill each host's slots in
+    /// order, or equal blocks when no host gives slots. Needs --kvs-addr.
+    #[arg(long, value_name = "LIST")]
+    hosts: Option<String>,
+    /// The address of this machine at which the ranks reach rsmpirun's PMI service
+    /// over TCP (PMI_PORT, each rank with its own secret). Needed with --hosts; without
+    /// it, the ranks of this node use it too instead of an inherited socket (PMI_FD).
+    #[arg(long, value_name = "ADDR")]
+    kvs_addr: Option<std::net::IpAddr>,
     /// Kill the whole job after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
@@ -41,6 +52,16 @@ fn main() {
     let mut job = Job::new(args.n, program, command);
     job.prefix_output = args.prefix;
     job.transport = args.transport;
+    job.kvs_addr = args.kvs_addr;
+    if let Some(list) = &args.hosts {
+        match launcher::Host::parse_list(list) {
+            Ok(h) => job.hosts = h,
+            Err(e) => {
+                eprintln!("rsmpirun: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
     if let Some(secs) = args.timeout {
         match Duration::try_from_secs_f64(secs) {
             Ok(d) if secs > 0.0 => job.timeout = Some(d),

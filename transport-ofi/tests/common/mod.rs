@@ -1,0 +1,120 @@
+//! Helpers shared by the multi-process tests (each test binary includes this module).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use transport::{Rank, Transport};
+use transport_ofi::{OfiConfig, OfiTransport};
+use transport_shm::testing::RankEnv;
+
+/// The providers the tests run over: TCP through the RDM utility provider (what runs
+/// between hosts) and shared memory.
+pub const TCP: &str = "tcp;ofi_rxm";
+pub const SHM: &str = "shm";
+
+pub fn open(env: &RankEnv, provider: &str) -> OfiTransport {
+    let cfg = OfiConfig {
+        provider: Some(provider.to_string()),
+        prefer_external: false,
+    };
+    let t = OfiTransport::new(&mut env.exchange(), &cfg)
+        .unwrap_or_else(|e| panic!("rank {}: OfiTransport::new({provider}): {e}", env.rank));
+    assert_eq!(t.provider_name(), provider);
+    t
+}
+
+/// A barrier that keeps polling (manual progress: a rank blocked in a plain fence would
+/// stop moving its own queued sends and its peers' one-sided accesses). Every rank
+/// creates `{dir}/pf.{tag}.{rank}`, then polls until all ranks' markers exist. Messages
+/// that arrive meanwhile go to `on_msg`.
+pub fn polling_barrier(
+    t: &mut OfiTransport,
+    env: &RankEnv,
+    tag: &str,
+    on_msg: &mut dyn FnMut(Rank, &[u8]),
+) {
+    std::fs::write(env.dir.join(format!("pf.{tag}.{}", env.rank)), b"").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut r = 0;
+    while r < env.size {
+        t.poll(64, on_msg).unwrap();
+        if env.dir.join(format!("pf.{tag}.{r}")).exists() {
+            r += 1;
+            continue;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rank {}: barrier {tag}: rank {r} did not arrive",
+            env.rank
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Polls until one message arrives and returns it; panics after 20 s.
+pub fn recv_one(t: &mut OfiTransport, what: &str) -> (Rank, Vec<u8>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = None;
+    while got.is_none() {
+        t.poll(1, &mut |from, m| got = Some((from, m.to_vec())))
+            .unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "rank {}: no {what} within 20 s",
+            t.rank()
+        );
+    }
+    got.unwrap()
+}
+
+/// Sends one message, polling (and discarding nothing: there must be none) while Full.
+pub fn send_blocking(t: &mut OfiTransport, peer: Rank, header: &[u8], payload: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match t.try_send(peer, header, payload) {
+            Ok(()) => return,
+            Err(transport::TransportError::Full(_)) => {
+                t.poll(0, &mut |_, _| {}).unwrap();
+                assert!(Instant::now() < deadline, "send to {peer} stayed Full");
+            }
+            Err(e) => panic!("try_send to {peer}: {e}"),
+        }
+    }
+}
+
+/// xorshift64*: deterministic test data without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+}
+
+/// FNV-1a over 8-byte words (fast enough for hundreds of MB at opt-level 2).
+pub fn checksum(data: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ data.len() as u64;
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        h = (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x100_0000_01b3);
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
