@@ -210,21 +210,22 @@ fn every_collective(u: Universe) {
 fn barrier_synchronizes(w: &SimpleCommunicator) {
     let n = w.size() as usize;
     let me = w.rank() as usize;
-    let job = std::env::var(launcher::ENV_JOB_ID).unwrap_or_else(|_| "solo".into());
-    let dir = std::env::temp_dir().join(format!("conformance-coll-barrier-{job}"));
-    if me == 0 {
+    // a directory of this job's (named after rank 0's pid, whatever the launcher), which
+    // exists before anyone writes into it (point-to-point only: the barrier is what is
+    // under test)
+    let job = if me == 0 {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("conformance-coll-barrier-{pid}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("marker directory");
-    }
-    // the directory exists before anyone writes into it (point-to-point only: the
-    // barrier is what is under test)
-    if me == 0 {
         for r in 1..n {
-            w.process_at_rank(r as i32).send_with_tag(&1u8, 900);
+            w.process_at_rank(r as i32).send_with_tag(&pid, 900);
         }
+        pid
     } else {
-        w.process_at_rank(0).receive_with_tag::<u8>(900);
-    }
+        w.process_at_rank(0).receive_with_tag::<u32>(900).0
+    };
+    let dir = std::env::temp_dir().join(format!("conformance-coll-barrier-{job}"));
     let marker = |round: usize, r: usize| dir.join(format!("{round}.{r}"));
     let rounds = 2 * n.min(3);
     for round in 0..rounds {

@@ -15,7 +15,15 @@ fn missing(what: &str) {
     eprintln!("{what} is missing: this test did NOT run");
 }
 
+/// One suite at a time: each runs jobs of up to 8 ranks on the machine's 2 CPUs.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn suite(cmd: &mut Command, how: &str) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // CONFORMANCE_FILTER=NAME runs the cases whose name contains NAME (debugging)
+    if let Ok(f) = std::env::var("CONFORMANCE_FILTER") {
+        cmd.arg(f);
+    }
     let out = cmd
         .env_remove("RSMPI_RANK")
         .output()
