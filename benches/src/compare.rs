@@ -265,21 +265,7 @@ impl Reference {
         }
         // the reference must not think it runs inside an rsmpi job, nor find the PMI
         // session of a launcher that started this driver (its own launcher sets its own)
-        for k in [
-            "RSMPI_RANK",
-            "RSMPI_SIZE",
-            "RSMPI_SECRET",
-            "RSMPI_JOB_ID",
-            "RSMPI_PMI",
-            "PMI_FD",
-            "PMI_PORT",
-            "PMI_ID",
-            "PMI_RANK",
-            "PMI_SIZE",
-            "PMI_JOBID",
-        ] {
-            cmd.env_remove(k);
-        }
+        launcher::clear_job_env(&mut cmd);
         let o = cmd
             .output()
             .map_err(|e| format!("{}: {e}", self.launcher))?;

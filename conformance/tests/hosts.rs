@@ -9,7 +9,6 @@
 //! running, and print that they did not run).
 #![cfg(feature = "ofi")]
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -119,10 +118,19 @@ fn transports_are_chosen_per_peer() {
     }
 }
 
-/// Losing a host (every process of its namespace killed) ends the job within 10 s
-/// with an error naming the lost rank, and leaves no shared-memory segment behind.
-#[test]
-fn losing_a_host_ends_the_job() {
+/// How a host is lost in [`lose_host`].
+#[derive(Clone, Copy, PartialEq)]
+enum Loss {
+    /// Every process of its namespace is killed.
+    Killed,
+    /// Its veth goes down: its processes live on, unreachable.
+    Cut,
+}
+
+/// Runs a job with one rank per host, rank 1 (host 1) streaming to rank 0 over tcp,
+/// loses host 1, and checks that the job ends within 10 s with an error naming rank
+/// 1 and leaves no shared-memory segment behind.
+fn lose_host(loss: Loss) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(h) = hosts(3) else { return };
     let dir = conformance::scratch("lose-host");
@@ -137,7 +145,6 @@ fn losing_a_host_ends_the_job() {
         ("CONFORMANCE_KVS_ADDR", h.kvs_addr().to_string().into()),
         ("RSMPI_OFI_PROVIDER", PROVIDER.into()),
     ];
-    // one rank per host: rank 1 (host 1) streams to rank 0 (host 0) over tcp
     let job = std::thread::spawn(move || {
         conformance::launch(
             &ctx,
@@ -154,27 +161,46 @@ fn losing_a_host_ends_the_job() {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let pids = h.pids(1);
-    assert!(!pids.is_empty(), "no process in host 1's namespace");
-    let killed = Instant::now();
-    for p in &pids {
-        if let Some(pid) = rustix::process::Pid::from_raw(*p) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    let lost_at = Instant::now();
+    match loss {
+        Loss::Killed => {
+            let pids = h.pids(1);
+            assert!(!pids.is_empty(), "no process in host 1's namespace");
+            for p in &pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(*p) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
         }
+        Loss::Cut => h.cut(1).expect("cut host 1's veth"),
     }
     let out = job.join().expect("launcher thread");
-    let took = killed.elapsed();
+    let took = lost_at.elapsed();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         took < Duration::from_secs(10),
-        "the job took {took:?} to end"
-    );
-    assert_eq!(out.code, Some(128 + 9), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("rank 1 killed by signal 9"),
-        "{}",
+        "the job took {took:?} to end:\n{}",
         out.stderr
     );
+    match loss {
+        Loss::Killed => {
+            assert_eq!(out.code, Some(128 + 9), "{}", out.stderr);
+            assert!(
+                out.stderr.contains("rank 1 killed by signal 9"),
+                "{}",
+                out.stderr
+            );
+        }
+        Loss::Cut => {
+            assert_eq!(out.code, Some(launcher::LOST_STATUS), "{}", out.stderr);
+            let want = format!("lost contact with rank 1 (host {})", h.names()[1]);
+            assert!(
+                out.stderr.contains(&want),
+                "no {want:?} in:\n{}",
+                out.stderr
+            );
+        }
+    }
     let prefix = format!("rsmpi-{}-", out.launcher_pid);
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .map(|d| {
@@ -185,5 +211,14 @@ fn losing_a_host_ends_the_job() {
         })
         .unwrap_or_default();
     assert!(left.is_empty(), "segments left: {left:?}");
-    assert!(!Path::new(&format!("/dev/shm/{prefix}0")).exists());
+}
+
+#[test]
+fn losing_a_host_ends_the_job() {
+    lose_host(Loss::Killed);
+}
+
+#[test]
+fn cutting_a_host_off_ends_the_job() {
+    lose_host(Loss::Cut);
 }

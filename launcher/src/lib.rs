@@ -150,6 +150,6 @@ mod server;
 pub use boot::Boot;
 pub use pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 pub use run::{
-    place, run, Host, Job, LaunchError, ENV_JOB_ID, ENV_RANK, ENV_SECRET, ENV_SIZE, ENV_TRANSPORT,
-    KILL_GRACE, TIMEOUT_STATUS,
+    clear_job_env, place, run, Host, Job, LaunchError, ENV_JOB_ID, ENV_RANK, ENV_SECRET, ENV_SIZE,
+    ENV_TRANSPORT, KILL_GRACE, LOST_STATUS, TIMEOUT_STATUS,
 };

@@ -623,12 +623,7 @@ fn spawn_rank(
     cmd.args(&job.args);
     // nothing of an enclosing launcher's PMI session (or an outer rsmpirun's) must
     // reach the ranks: they talk to this one
-    for (k, _) in std::env::vars_os() {
-        let k_s = k.to_string_lossy();
-        if k_s.starts_with("PMI_") || k_s == "RSMPI_PMI" || k_s == ENV_SECRET {
-            cmd.env_remove(&k);
-        }
-    }
+    clear_job_env(&mut cmd);
     cmd.env(ENV_RANK, rank.to_string())
         .env(ENV_SIZE, job.size.to_string())
         .env(ENV_JOB_ID, job_id)
@@ -667,8 +662,59 @@ fn spawn_rank(
     }
 }
 
+/// Removes from `cmd`'s environment everything that would make the program think it is
+/// a rank of a job (this process's own job, if it is one): the `RSMPI_*` variables a
+/// launcher sets and every `PMI_*`. For starting ranks of another job, or programs that
+/// must run on their own.
+pub fn clear_job_env(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k_s = k.to_string_lossy();
+        if k_s.starts_with("PMI_")
+            || [ENV_RANK, ENV_SIZE, ENV_JOB_ID, ENV_SECRET, "RSMPI_PMI"].contains(&&*k_s)
+        {
+            cmd.env_remove(&k);
+        }
+    }
+}
+
 /// How long an abort waits for a signal-killed rank to be reaped (see `supervise`).
 const ABORT_SETTLE: Duration = Duration::from_millis(150);
+
+/// How long after the first lost rank the job waits for the other ranks of the same
+/// host to be seen lost, so that the report names them all.
+const LOST_SETTLE: Duration = Duration::from_millis(1500);
+
+/// Exit status of a job that lost contact with ranks on another host (as ssh's 255).
+pub const LOST_STATUS: i32 = 255;
+
+/// `rsmpirun: lost contact with ranks 2,3 (host ns1): …`.
+fn describe_lost(job: &Job, lost: &[(u32, String)]) -> String {
+    let mut ranks: Vec<u32> = lost.iter().map(|(r, _)| *r).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let placement = place(&job.hosts, job.size).unwrap_or_default();
+    let mut hosts: Vec<&str> = ranks
+        .iter()
+        .filter_map(|&r| {
+            placement
+                .get(r as usize)
+                .map(|&h| job.hosts[h].netns.as_str())
+        })
+        .collect();
+    hosts.dedup();
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    format!(
+        "rsmpirun: lost contact with rank{} {} (host {}): {}",
+        if ranks.len() > 1 { "s" } else { "" },
+        list.join(","),
+        if hosts.is_empty() {
+            "?".into()
+        } else {
+            hosts.join(",")
+        },
+        lost[0].1
+    )
+}
 
 /// The supervision loop; returns the job's exit status once every rank is reaped.
 fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalGuard) -> i32 {
@@ -680,6 +726,8 @@ fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalG
     // give its exit a moment to be reaped before blaming the aborting rank.
     let mut abort_seen: Option<Instant> = None;
     let mut failed_so_far: Vec<(usize, ExitStatus)> = Vec::new();
+    // when the first rank was seen lost (its host stopped answering)
+    let mut lost_seen: Option<Instant> = None;
     loop {
         let ended = sup.reap();
         let sig = signals.take();
@@ -692,6 +740,10 @@ fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalG
             let abort = server.abort_request();
             if abort.is_some() && abort_seen.is_none() {
                 abort_seen = Some(Instant::now());
+            }
+            let lost = server.lost();
+            if !lost.is_empty() && lost_seen.is_none() {
+                lost_seen = Some(Instant::now());
             }
             let killed = failed_so_far
                 .iter()
@@ -716,6 +768,9 @@ fn supervise(job: &Job, sup: &mut Supervisor, server: &Server, signals: &SignalG
             } else if let Some(&&(rank, st)) = worst {
                 report!("{}", describe(rank, st));
                 Some((status_code(st), Signal::TERM))
+            } else if lost_seen.is_some_and(|t| t.elapsed() >= LOST_SETTLE) {
+                report!("{}", describe_lost(job, &lost));
+                Some((LOST_STATUS, Signal::TERM))
             } else if let Some(s) = sig {
                 report!(
                     "rsmpirun: received signal {s} ({}), stopping the job",

@@ -103,6 +103,9 @@ struct State {
     conns: HashMap<u64, Conn>,
     next_conn: u64,
     workers: Vec<JoinHandle<()>>,
+    /// Ranks whose `PMI_PORT` connection failed (timed out: the host is unreachable)
+    /// before they finalized, with the error.
+    lost: Vec<(u32, String)>,
 }
 
 struct Shared {
@@ -220,6 +223,12 @@ impl Server {
         Ok(())
     }
 
+    /// Ranks whose connection over the network failed before they finalized (their
+    /// host stopped answering), with the error.
+    pub fn lost(&self) -> Vec<(u32, String)> {
+        self.shared.lock().lost.clone()
+    }
+
     /// The first `abort` request received, if any.
     pub fn abort_request(&self) -> Option<AbortReq> {
         self.shared.lock().abort.clone()
@@ -264,6 +273,7 @@ fn accept_loop(l: &TcpListener, sh: &Arc<Shared>) {
         match l.accept() {
             Ok((s, _)) => {
                 let _ = s.set_nodelay(true);
+                watch(&s);
                 if let Err(e) = s
                     .set_nonblocking(false)
                     .and_then(|()| sh.spawn(Conn::Tcp(s), None))
@@ -275,6 +285,19 @@ fn accept_loop(l: &TcpListener, sh: &Arc<Shared>) {
             Err(_) => std::thread::sleep(ACCEPT_POLL),
         }
     }
+}
+
+/// Keepalive on a rank's connection: a host that stops answering (cut off, powered
+/// off) makes the connection fail within about 5 s of silence, and the job ends
+/// naming its ranks, where a rank waiting for a message from it would wait forever.
+fn watch(s: &TcpStream) {
+    use rustix::net::sockopt;
+    let _ = sockopt::set_socket_keepalive(s, true);
+    let _ = sockopt::set_tcp_keepidle(s, Duration::from_secs(2));
+    let _ = sockopt::set_tcp_keepintvl(s, Duration::from_secs(1));
+    let _ = sockopt::set_tcp_keepcnt(s, 3);
+    // unacknowledged data (an answer the rank never receives) fails as fast
+    let _ = sockopt::set_tcp_user_timeout(s, 5000);
 }
 
 /// Serves one connection until it closes, misbehaves beyond repair, or the server
@@ -307,6 +330,7 @@ fn serve(conn: Conn, rank: Option<u32>, sh: &Shared, id: u64) {
             rank
         }
     };
+    let mut finalized = false;
     loop {
         let line = match proto::read_line_bounded(&mut r, proto::LINE_MAX) {
             Ok(ReadLine::Line(l)) => l,
@@ -315,13 +339,22 @@ fn serve(conn: Conn, rank: Option<u32>, sh: &Shared, id: u64) {
                 let _ = w.write_all(b"cmd=error rc=-1 msg=line_too_long\n");
                 break;
             }
-            Ok(ReadLine::Eof) | Err(_) => break,
+            Ok(ReadLine::Eof) => break,
+            Err(e) => {
+                if !finalized && !sh.stop.load(Ordering::SeqCst) {
+                    sh.lock().lost.push((rank, e.to_string()));
+                }
+                break;
+            }
         };
         if sh.stop.load(Ordering::SeqCst) {
             break;
         }
         let reply = match std::str::from_utf8(&line) {
-            Ok(l) => handle(sh, rank, l),
+            Ok(l) => {
+                finalized |= proto::field(l, "cmd") == Some("finalize");
+                handle(sh, rank, l)
+            }
             Err(_) => Reply::Line("cmd=error rc=-1 msg=request_is_not_UTF-8".into()),
         };
         match reply {

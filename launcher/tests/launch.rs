@@ -125,6 +125,19 @@ fn shm_files(job_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// A failed job ended with `code`, said `msg` on stderr, within 10 s, and left none of
+/// its `ranks` ranks' files behind.
+fn assert_job_failed(out: &Out, code: i32, msg: &str, dir: &Path, ranks: u32) {
+    assert_eq!(out.status.code(), Some(code), "{}", out.stderr);
+    assert!(out.stderr.contains(msg), "no {msg:?} in {}", out.stderr);
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        out.elapsed
+    );
+    assert_cleaned_up(dir, ranks);
+}
+
 /// After a job ended: no rank process, no segment, no socket directory is left.
 fn assert_cleaned_up(dir: &Path, n: u32) {
     let pids = read_pids(dir, n);
@@ -297,20 +310,14 @@ fn panicking_rank_ends_the_job() {
     let dir = scratch("panic");
     let d = dir.to_str().unwrap();
     let out = rsmpirun(&["--timeout", "40", "-n", "4", PROG, "fail", d, "panic", "1"]);
-    assert_eq!(out.status.code(), Some(101), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("rsmpirun: rank 1 exited with status 101"),
-        "{}",
-        out.stderr
-    );
     // Rank 2 ignores SIGTERM, so this includes the 2 s escalation to SIGKILL.
-    assert!(
-        out.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        out.elapsed
+    assert_job_failed(
+        &out,
+        101,
+        "rsmpirun: rank 1 exited with status 101",
+        &dir,
+        4,
     );
-    assert_cleaned_up(&dir, 4);
 }
 
 #[test]
@@ -328,19 +335,13 @@ fn rank_killed_by_signal_ends_the_job() {
         "sigabrt",
         "3",
     ]);
-    assert_eq!(out.status.code(), Some(128 + 6), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("rsmpirun: rank 3 killed by signal 6 (SIGABRT)"),
-        "{}",
-        out.stderr
+    assert_job_failed(
+        &out,
+        128 + 6,
+        "rsmpirun: rank 3 killed by signal 6 (SIGABRT)",
+        &dir,
+        4,
     );
-    assert!(
-        out.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        out.elapsed
-    );
-    assert_cleaned_up(&dir, 4);
 }
 
 #[test]
@@ -348,20 +349,13 @@ fn abort_ends_the_job_with_its_code() {
     let dir = scratch("abort");
     let d = dir.to_str().unwrap();
     let out = rsmpirun(&["--timeout", "40", "-n", "3", PROG, "fail", d, "abort", "1"]);
-    assert_eq!(out.status.code(), Some(42), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("rank 1 called abort with code 42: test abort"),
-        "{}",
-        out.stderr
+    assert_job_failed(
+        &out,
+        42,
+        "rank 1 called abort with code 42: test abort",
+        &dir,
+        3,
     );
-    assert!(out.stderr.contains("test abort"));
-    assert!(
-        out.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        out.elapsed
-    );
-    assert_cleaned_up(&dir, 3);
 }
 
 #[test]
@@ -622,19 +616,13 @@ fn abort_over_pmi_port_ends_the_job_with_its_code() {
         "abort",
         "2",
     ]);
-    assert_eq!(out.status.code(), Some(42), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("rsmpirun: rank 2 called abort with code 42: test abort"),
-        "{}",
-        out.stderr
+    assert_job_failed(
+        &out,
+        42,
+        "rsmpirun: rank 2 called abort with code 42: test abort",
+        &dir,
+        3,
     );
-    assert!(
-        out.elapsed < Duration::from_secs(10),
-        "took {:?}",
-        out.elapsed
-    );
-    assert_cleaned_up(&dir, 3);
 }
 
 /// The ranks' job id (from PMI: rsmpirun names the key-value space after its job id)
@@ -658,20 +646,7 @@ fn singleton_without_launcher() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(Stdio::null());
-    for v in [
-        "RSMPI_RANK",
-        "RSMPI_SIZE",
-        "RSMPI_SECRET",
-        "RSMPI_JOB_ID",
-        "PMI_FD",
-        "PMI_PORT",
-        "PMI_ID",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "PMI_JOBID",
-    ] {
-        cmd.env_remove(v);
-    }
+    launcher::clear_job_env(&mut cmd);
     let out = finish(cmd.spawn().unwrap(), t);
     assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
     assert!(

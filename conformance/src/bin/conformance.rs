@@ -51,6 +51,17 @@ fn main() {
             let mut summary = Vec::new();
             let mut failures = Vec::new();
             for transport in TRANSPORTS {
+                // the transport the jobs really use, for the report
+                let transport = match (
+                    std::env::var("CONFORMANCE_TRANSPORT"),
+                    conformance::hosts::from_env(),
+                ) {
+                    (Ok(t), None) => t,
+                    (Ok(t), Some(_)) => format!("{t} across hosts"),
+                    (Err(_), Some(_)) => "auto across hosts".to_string(),
+                    (Err(_), None) => transport.to_string(),
+                };
+                let transport = transport.as_str();
                 for m in Matching::ALL {
                     let ctx = Ctx {
                         exe: exe.clone(),

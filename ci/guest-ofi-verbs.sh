@@ -1,0 +1,21 @@
+#!/bin/bash
+# Runs inside the SoftRoCE guest (ci/softroce-vm.sh): the conformance suite's job
+# cases, both matching modes, with every rank on libfabric's verbs;ofi_rxm over rxe0.
+# Arguments: the conformance binary (built on the host with --features ofi), then an
+# optional case filter.
+set -eu
+hostname rsmpi-guest
+# libfabric 1.17's verbs provider cannot create its completion queue on rxe with the
+# default universe size (shared/README.md); 16 works
+export FI_UNIVERSE_SIZE=16
+export FI_PROVIDER="verbs;ofi_rxm" RSMPI_OFI_PROVIDER="verbs;ofi_rxm"
+export CONFORMANCE_TRANSPORT=ofi
+# the guest is emulated (TCG): several times slower than the host
+export CONFORMANCE_TIMEOUT=${CONFORMANCE_TIMEOUT:-600}
+fi_info -p "verbs;ofi_rxm" -t FI_EP_RDM | head -4
+exe=$1; shift
+echo "== uptime at start: $(cut -d' ' -f1 /proc/uptime)"
+"$exe" "$@"
+rc=$?
+echo "== uptime at end: $(cut -d' ' -f1 /proc/uptime)"
+exit $rc
