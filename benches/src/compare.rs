@@ -38,21 +38,6 @@ pub struct Across {
     pub launcher_ip: String,
 }
 
-/// The `ssh` stand-in: skips ssh's options, then runs the command line in the network
-/// namespace named as the host.
-const AGENT: &str = "#!/bin/sh\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; done\nh=$1; shift\nexec ip netns exec \"$h\" sh -c \"$*\"\n";
-
-/// Writes the agent script into `dir`.
-pub fn write_agent(dir: &Path) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let p = dir.join("netns-ssh");
-    std::fs::write(&p, AGENT).map_err(|e| format!("{}: {e}", p.display()))?;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", p.display()))?;
-    Ok(p)
-}
-
 /// The references placed one rank per namespace, over TCP: Open MPI with ob1 and its
 /// tcp BTL, MPICH (ch4:ucx) with UCX's tcp transport and no shared memory.
 pub fn across(refs: Vec<Reference>, a: &Across) -> Vec<Reference> {

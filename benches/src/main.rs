@@ -400,7 +400,8 @@ fn driver(cli: &Cli) -> i32 {
             .unwrap_or_else(|| std::env::temp_dir().join("rsmpi-bench-reference"));
         let built = compare::build(&dir).and_then(|refs| match &_net {
             Some(h) => {
-                let agent = compare::write_agent(&dir)?;
+                let agent = launcher::netns::write_ssh_agent(&dir)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
                 let kvs = h.kvs_addr().to_string();
                 Ok(compare::across(
                     refs,

@@ -133,6 +133,27 @@ pub fn run_external(launcher: &str, job: &launcher::Job) -> Result<i32, String> 
         "hydra" => {
             let mut c = Command::new("mpiexec.hydra");
             c.args(["-n", &n]);
+            if let (false, Some(addr)) = (job.hosts.is_empty(), job.kvs_addr) {
+                // on network namespaces: Hydra starts its proxies there through an
+                // ssh stand-in, and they reach it at the bridge's address
+                let placement = launcher::place(&job.hosts, job.size).map_err(|e| e.to_string())?;
+                let list: Vec<String> = job
+                    .hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| {
+                        let k = placement.iter().filter(|&&p| p == i).count();
+                        format!("{}:{}", h.netns, k.max(1))
+                    })
+                    .collect();
+                let agent = launcher::netns::write_ssh_agent(
+                    &std::env::temp_dir().join(format!("conformance-agent-{}", std::process::id())),
+                )
+                .map_err(|e| format!("ssh stand-in: {e}"))?;
+                c.args(["-bootstrap", "ssh", "-bootstrap-exec"])
+                    .arg(agent)
+                    .args(["-hosts", &list.join(","), "-localhost", &addr.to_string()]);
+            }
             c
         }
         "srun" => {
@@ -146,6 +167,9 @@ pub fn run_external(launcher: &str, job: &launcher::Job) -> Result<i32, String> 
             ))
         }
     };
+    if launcher == "srun" && !job.hosts.is_empty() {
+        return Err("srun places ranks on Slurm's nodes, not on CONFORMANCE_HOSTS".into());
+    }
     cmd.arg(&job.program)
         .args(&job.args)
         .env("RSMPI_TRANSPORT", &job.transport)

@@ -64,6 +64,35 @@ fn conformance_suite_across_three_hosts() {
     assert!(stdout.contains("0 failed"), "no summary line");
 }
 
+/// The same, started by MPICH's Hydra (`mpiexec.hydra`, only as the launcher) on the
+/// three namespaces: its proxies start there through an ssh stand-in and the ranks
+/// speak PMI-1 to them.
+#[test]
+fn conformance_suite_under_hydra_across_three_hosts() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !conformance::launchers::found("mpiexec.hydra") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mpiexec.hydra is missing on CI"
+        );
+        eprintln!("mpiexec.hydra is missing (apt-get install mpich): this test did NOT run");
+        return;
+    }
+    let Some(h) = hosts(3) else { return };
+    let mut cmd = Command::new(EXE);
+    with_hosts(&mut cmd, &h);
+    cmd.env("CONFORMANCE_LAUNCHER", "hydra");
+    let out = cmd.output().expect("run the conformance binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the suite failed under Hydra across hosts"
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "no summary line");
+}
+
 /// The randomized soak with checksummed payloads, 6 ranks on 3 hosts, both modes.
 #[test]
 fn soak_across_three_hosts() {

@@ -157,3 +157,23 @@ impl Drop for Hosts {
         let _ = ip(&["link", "del", &self.bridge]);
     }
 }
+
+/// A stand-in for `ssh [options] host command…` that runs the command in the network
+/// namespace named as the host: what other launchers (MPICH's Hydra with
+/// `-bootstrap-exec`, Open MPI's `mpirun` with `--mca plm_rsh_agent`) use to start
+/// their daemons on [`Hosts`].
+const SSH_AGENT: &str = "#!/bin/sh\n\
+# ssh stand-in: the host is a network namespace of this machine\n\
+while [ \"${1#-}\" != \"$1\" ]; do shift; done\n\
+h=$1; shift\n\
+exec ip netns exec \"$h\" sh -c \"$*\"\n";
+
+/// Writes the `ssh` stand-in as `dir/netns-ssh` (mode 0755) and returns its path.
+pub fn write_ssh_agent(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let p = dir.join("netns-ssh");
+    std::fs::write(&p, SSH_AGENT)?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+    Ok(p)
+}

@@ -52,7 +52,7 @@ fn main() {
             let mut failures = Vec::new();
             for transport in TRANSPORTS {
                 // the transport the jobs really use, for the report
-                let transport = match (
+                let label = match (
                     std::env::var("CONFORMANCE_TRANSPORT"),
                     conformance::hosts::from_env(),
                 ) {
@@ -61,7 +61,6 @@ fn main() {
                     (Err(_), Some(_)) => "auto across hosts".to_string(),
                     (Err(_), None) => transport.to_string(),
                 };
-                let transport = transport.as_str();
                 for m in Matching::ALL {
                     let ctx = Ctx {
                         exe: exe.clone(),
@@ -75,7 +74,7 @@ fn main() {
                             Ok(()) => {
                                 p += 1;
                                 println!(
-                                    "ok     [{transport} {}] {} ({:.2} s)",
+                                    "ok     [{label} {}] {} ({:.2} s)",
                                     m.env(),
                                     c.name,
                                     t.elapsed().as_secs_f64()
@@ -83,13 +82,13 @@ fn main() {
                             }
                             Err(e) => {
                                 f += 1;
-                                println!("FAILED [{transport} {}] {}: {e}", m.env(), c.name);
-                                failures.push(format!("[{transport} {}] {e}", m.env()));
+                                println!("FAILED [{label} {}] {}: {e}", m.env(), c.name);
+                                failures.push(format!("[{label} {}] {e}", m.env()));
                             }
                         }
                     }
                     summary.push(format!(
-                        "conformance: {p} passed, {f} failed (transport {transport}, matching {})",
+                        "conformance: {p} passed, {f} failed (transport {label}, matching {})",
                         m.env()
                     ));
                     passed += p;
