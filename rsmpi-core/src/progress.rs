@@ -412,8 +412,17 @@ impl State {
         };
     }
 
-    /// Exposes a request's buffer to peers.
+    /// Exposes a request's buffer to peers. Where exposing registers nothing (shared
+    /// memory) the descriptor is the address itself, built here without a call.
+    #[inline]
     pub fn expose(&mut self, addr: usize, len: usize) -> Result<transport::RemoteBuf> {
+        if !self.registers {
+            return Ok(transport::RemoteBuf {
+                addr: addr as u64,
+                len: len as u64,
+                key: 0,
+            });
+        }
         self.transport
             .expose(addr, len)
             .map_err(|e| crate::Error::Transport(format!("exposing {len} bytes: {e}")))
@@ -537,7 +546,7 @@ impl State {
                         _ => {}
                     }
                     // a buffered send's copy stays exposed until the copy is freed
-                    if !self.send_src.contains_key(&send) {
+                    if self.registers && !self.send_src.contains_key(&send) {
                         self.unexpose(Key::Send(send));
                     }
                     self.done.insert(Key::Send(send), Done::Send(outcome));

@@ -96,8 +96,9 @@ pub struct Caps {
     pub get: bool,
     /// Exposing memory registers it (costs a system call or more, holds a resource):
     /// every [`Transport::expose`] must be paired with a [`Transport::unexpose`] when
-    /// the request using the memory ends. `false` (shared memory): `unexpose` does
-    /// nothing and callers may skip it.
+    /// the request using the memory ends. `false` (shared memory): exposing is free —
+    /// the descriptor is `{ addr, len, key: 0 }`, which callers may build themselves
+    /// without calling `expose` — and `unexpose` does nothing.
     pub registers: bool,
 }
 
