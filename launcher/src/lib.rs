@@ -58,6 +58,9 @@
 //! * the code a rank passed to [`Boot::abort`] (PMI `abort`), after printing
 //!   `rsmpirun: rank R called abort with code C: MSG` (the job is torn down the same
 //!   way);
+//! * [`LOST_STATUS`] (255) when the connection to ranks on another host failed before
+//!   they finalized (keepalive: about 5 s after the host stopped answering), after
+//!   printing `rsmpirun: lost contact with rank R (host H): ERROR`;
 //! * 124 when `--timeout SECS` expired;
 //! * 128 + signal when `rsmpirun` itself got SIGINT, SIGTERM or SIGHUP: the signal is
 //!   forwarded to the ranks, SIGKILL follows 2 s later (at once on a second signal).
