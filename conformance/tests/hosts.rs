@@ -44,13 +44,16 @@ fn with_hosts(cmd: &mut Command, h: &Hosts) {
         .env_remove("RSMPI_RANK");
 }
 
-/// Every job case of the suite, in both matching modes, on 3 hosts.
-#[test]
-fn conformance_suite_across_three_hosts() {
+/// Runs the conformance binary's job cases (both matching modes) on 3 hosts, started
+/// by `launcher` (`None`: rsmpirun).
+fn suite_across_three_hosts(launcher: Option<&str>) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(h) = hosts(3) else { return };
     let mut cmd = Command::new(EXE);
     with_hosts(&mut cmd, &h);
+    if let Some(l) = launcher {
+        cmd.env("CONFORMANCE_LAUNCHER", l);
+    }
     let t = Instant::now();
     let out = cmd.output().expect("run the conformance binary");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -58,10 +61,17 @@ fn conformance_suite_across_three_hosts() {
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success(),
-        "the suite failed across hosts ({:.0} s)",
+        "the suite failed across hosts under {} ({:.0} s)",
+        launcher.unwrap_or("rsmpirun"),
         t.elapsed().as_secs_f64()
     );
-    assert!(stdout.contains("0 failed"), "no summary line");
+    assert!(stdout.contains(" passed, 0 failed"), "no summary line");
+}
+
+/// Every job case of the suite, in both matching modes, on 3 hosts.
+#[test]
+fn conformance_suite_across_three_hosts() {
+    suite_across_three_hosts(None);
 }
 
 /// The same, started by MPICH's Hydra (`mpiexec.hydra`, only as the launcher) on the
@@ -69,7 +79,6 @@ fn conformance_suite_across_three_hosts() {
 /// speak PMI-1 to them.
 #[test]
 fn conformance_suite_under_hydra_across_three_hosts() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !conformance::launchers::found("mpiexec.hydra") {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -78,19 +87,7 @@ fn conformance_suite_under_hydra_across_three_hosts() {
         eprintln!("mpiexec.hydra is missing (apt-get install mpich): this test did NOT run");
         return;
     }
-    let Some(h) = hosts(3) else { return };
-    let mut cmd = Command::new(EXE);
-    with_hosts(&mut cmd, &h);
-    cmd.env("CONFORMANCE_LAUNCHER", "hydra");
-    let out = cmd.output().expect("run the conformance binary");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "the suite failed under Hydra across hosts"
-    );
-    assert!(stdout.contains(" passed, 0 failed"), "no summary line");
+    suite_across_three_hosts(Some("hydra"));
 }
 
 /// The randomized soak with checksummed payloads, 6 ranks on 3 hosts, both modes.
