@@ -47,9 +47,14 @@ pub fn across(refs: Vec<Reference>, a: &Across) -> Vec<Reference> {
         match r.name {
             "openmpi-vader" => out.push(Reference {
                 name: "openmpi-tcp",
+                // the daemons' hwloc topology sharing (rtc hwloc) has crashed orted in
+                // a namespace here (a segfault in hwloc_shmem_topology_write): off
                 launch_args: [
                     "--bind-to",
                     "none",
+                    "--mca",
+                    "rtc",
+                    "^hwloc",
                     "--mca",
                     "plm_rsh_agent",
                     &agent,
