@@ -167,10 +167,22 @@ pub(crate) fn open(boot: &mut Boot) -> Result<Box<dyn Transport>> {
         }
         Choice::Shm | Choice::Auto => {
             let local = local_ranks(boot)?;
+            // route[r]: 0 = shared memory (this node), 1 = the network
+            let route: Vec<u8> = {
+                let mut r = vec![1u8; size as usize];
+                for &l in &local {
+                    r[l as usize] = 0;
+                }
+                r
+            };
+            let far: Vec<Rank> = all
+                .iter()
+                .copied()
+                .filter(|&r| route[r as usize] == 1)
+                .collect();
             if local.len() == size as usize {
                 (shm(boot, &all)?, format!("shm to ranks {}", ranges(&all)))
             } else if choice == Choice::Shm {
-                let far: Vec<Rank> = all.iter().copied().filter(|r| !local.contains(r)).collect();
                 return Err(Error::Transport(format!(
                     "RSMPI_TRANSPORT=shm, but ranks {} are on other nodes than rank {me}",
                     ranges(&far)
@@ -178,8 +190,6 @@ pub(crate) fn open(boot: &mut Boot) -> Result<Box<dyn Transport>> {
             } else {
                 let near = shm(boot, &local)?;
                 let (far_t, name) = network(boot, true)?;
-                let route: Vec<u8> = all.iter().map(|r| u8::from(!local.contains(r))).collect();
-                let far: Vec<Rank> = all.iter().copied().filter(|r| !local.contains(r)).collect();
                 let line = format!(
                     "shm to ranks {}, {name} to ranks {}",
                     ranges(&local),
