@@ -18,6 +18,7 @@
 use rsmpi::traits::*;
 mod compare;
 mod limits;
+mod perftest;
 mod plot;
 mod rank;
 mod report;
@@ -67,7 +68,8 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Also build and run the C reference with Open MPI and MPICH, and print
-    /// rsmpi/best-reference ratios.
+    /// rsmpi/best-reference ratios. With `--transport verbs`: perftest's
+    /// ib_write_lat, ib_send_lat and ib_write_bw on the same device instead.
     #[arg(long)]
     compare: bool,
     /// Smallest message size in bytes.
@@ -99,6 +101,11 @@ struct Cli {
     /// UCX's tcp transport).
     #[arg(long)]
     across_hosts: bool,
+    /// The transport of rsmpi's ranks (`RSMPI_TRANSPORT`): auto, shm, verbs (build with
+    /// `--features verbs`; how 2 ranks run over one RDMA device) or ofi. Every row
+    /// names the transport its ranks used.
+    #[arg(long, default_value = "auto")]
+    transport: String,
 }
 
 /// With `--across-hosts`: where the jobs' ranks go (the namespaces and the address
@@ -232,6 +239,7 @@ fn job(
     }
     let mut j = launcher::Job::new(ranks, exe, args);
     j.timeout = Some(Duration::from_secs(cli.timeout));
+    j.transport = cli.transport.clone();
     j.env = env
         .iter()
         .map(|(k, v)| ((*k).into(), (*v).into()))
@@ -243,6 +251,7 @@ fn job(
         j.kvs_addr = Some(addr);
         j.env
             .push(("RSMPI_OFI_PROVIDER".into(), "tcp;ofi_rxm".into()));
+        j.env.push(("RSMPI_NET".into(), "ofi".into()));
     }
     let code = launcher::run(&j).map_err(|e| format!("{bench}: cannot launch: {e}"))?;
     let rows = report::read_lines(&out).map(|mut rows| {
@@ -393,7 +402,9 @@ fn driver(cli: &Cli) -> i32 {
             }
         }
     }
-    let refs = if cli.compare {
+    // on verbs the references are perftest's (the hardware floor), below: Debian's MPIs
+    // do not run over SoftRoCE
+    let refs = if cli.compare && cli.transport != "verbs" {
         let dir = std::env::current_exe()
             .ok()
             .and_then(|e| e.parent().map(|p| p.join("rsmpi-bench-reference")))
@@ -500,6 +511,16 @@ fn driver(cli: &Cli) -> i32 {
                 }
             }
             rows = report::median_of_runs(rows);
+        }
+        if cli.compare && cli.transport == "verbs" && perftest::COMPARABLE.contains(&b) {
+            let sizes = rank::sizes(cli.min_size, cli.max_for(b));
+            match perftest::rows(b, cli.quick, &sizes) {
+                Ok(x) => rows.extend(x),
+                Err(e) => {
+                    eprintln!("rsmpi-bench: perftest: {e}");
+                    failed = true;
+                }
+            }
         }
         report::print_tables(&rows, &mut std::io::stdout()).expect("stdout");
         all_rows.extend(rows);

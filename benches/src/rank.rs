@@ -122,6 +122,8 @@ struct Ctx<'a> {
     opts: &'a Opts,
     matching: String,
     protocol: String,
+    /// The transports this rank uses (`Universe::transport`).
+    transport: String,
     rows: Vec<Row>,
 }
 
@@ -138,7 +140,7 @@ impl Ctx<'_> {
         self.rows.push(Row {
             benchmark: bench.into(),
             implementation: "rsmpi".into(),
-            transport: "shm".into(),
+            transport: self.transport.clone(),
             matching: self.matching.clone(),
             protocol: self.protocol.clone(),
             metric: metric.into(),
@@ -173,6 +175,7 @@ pub fn run(universe: &Universe, bench: &str, opts: &Opts) -> Vec<Row> {
         opts,
         matching: std::env::var("RSMPI_MATCHING").unwrap_or_else(|_| "both".into()),
         protocol: std::env::var("RSMPI_PROTOCOL").unwrap_or_else(|_| "eager".into()),
+        transport: universe.transport(),
         rows: Vec::new(),
     };
     world.barrier();

@@ -369,9 +369,10 @@ fn segments_are_private(u: Universe) {
     let mut ids = vec![0u64; w.size() as usize];
     w.all_gather_into(&id, &mut ids[..]);
     let local = ids.iter().filter(|&&x| x == id).count();
-    let want = match std::env::var("RSMPI_TRANSPORT").as_deref() {
-        Ok("ofi") => 0,
-        _ => local,
+    let want = if u.transport().contains("shm") {
+        local
+    } else {
+        0
     };
     assert_eq!(seen.len(), want, "mapped segments: {seen:?}");
     w.barrier();
@@ -475,7 +476,7 @@ fn remote_write_bounded(_ctx: &Ctx) -> Result<(), String> {
     let desc = t.expose(base + 16, 16).unwrap();
     let mut problems = Vec::new();
     for (len, off) in [(17usize, 0u64), (1, 16), (9, 8), (16, 1), (1, u64::MAX)] {
-        match t.put(0, &[0x11u8; 17][..len], desc, off) {
+        match t.put(0, &[0x11u8; 17][..len], desc, off, 0) {
             Err(transport::TransportError::OutOfBounds { .. }) => {}
             other => problems.push(format!(
                 "put of {len} B at offset {off} into 16 B: {other:?}"
@@ -485,7 +486,7 @@ fn remote_write_bounded(_ctx: &Ctx) -> Result<(), String> {
     if buf.iter().any(|&b| b != 0xEE) {
         problems.push("a refused put wrote bytes".into());
     }
-    t.put(0, &[0x22u8; 16], desc, 0)
+    t.put(0, &[0x22u8; 16], desc, 0, 0)
         .map_err(|e| format!("put that fits: {e}"))?;
     let buf = std::hint::black_box(buf);
     if buf[16..32].iter().any(|&b| b != 0x22)
@@ -495,7 +496,7 @@ fn remote_write_bounded(_ctx: &Ctx) -> Result<(), String> {
     }
     let mut rd = [0u8; 17];
     if !matches!(
-        t.get(0, &mut rd, desc, 0),
+        t.get(0, &mut rd, desc, 0, 0),
         Err(transport::TransportError::OutOfBounds { .. })
     ) {
         problems.push("a get past the buffer was not refused".into());

@@ -22,6 +22,7 @@ pub mod collectives;
 pub mod faults;
 pub mod hosts;
 pub mod launchers;
+pub mod one_sided;
 pub mod semantics;
 pub mod soak;
 
@@ -102,6 +103,15 @@ impl Case {
             timeout: Duration::from_secs(60),
         }
     }
+    /// Whether the case runs its jobs on the transport CONFORMANCE_TRANSPORT names: the
+    /// job cases, the soak, the rank-failure cases and the stopped-receiver case (the
+    /// other host cases inspect this node's shared memory).
+    pub fn follows_transport(&self) -> bool {
+        matches!(self.kind, Kind::Job { .. })
+            || self.name.starts_with("soak_")
+            || self.name.starts_with("fault_rank_")
+            || self.name.starts_with("one_sided_")
+    }
     /// Whether this is a test of its own (not a helper body).
     pub fn is_test(&self) -> bool {
         !matches!(self.kind, Kind::Helper { .. })
@@ -114,6 +124,7 @@ pub fn all() -> Vec<Case> {
     v.extend(bad_input::cases());
     v.extend(collectives::cases());
     v.extend(faults::cases());
+    v.extend(one_sided::cases());
     v.extend(soak::cases());
     v
 }
@@ -344,6 +355,9 @@ pub fn launch_main(exe: &Path, ranks: u32, timeout_s: u64, name: &str) -> i32 {
     let mut j = launcher::Job::new(ranks, exe, ["rank", name]);
     j.timeout = Some(Duration::from_secs(timeout_s));
     j.prefix_output = true;
+    if let Ok(t) = std::env::var("CONFORMANCE_TRANSPORT") {
+        j.transport = t;
+    }
     if let Some((hosts, addr)) = hosts::from_env() {
         j.hosts = hosts;
         j.kvs_addr = Some(addr);

@@ -95,6 +95,8 @@ cases!(
     // faults and security
     fault_rank_panics_mid_transfer,
     fault_rank_sigkilled_mid_transfer,
+    // one-sidedness
+    one_sided_send_completes_while_receiver_stopped,
     fault_rank_killed_from_outside_mid_transfer,
     peer_stops_polling_loses_nothing,
     security_mapped_segments_are_0600,

@@ -20,9 +20,14 @@ pub enum Output {
         header: Header,
         payload: Option<(SendId, u64)>,
     },
-    /// Write the first `len` bytes of `send`'s buffer into `dst` at `to` (one-sided).
-    /// The `Written` notice follows as a later `Transmit`, so the write must be
-    /// visible at `to` before that is delivered (the transport's ordering rule).
+    /// Post a one-sided write of the first `len` bytes of `send`'s buffer into `dst`
+    /// at `to`, then call [`Engine::put_done`] once the write has completed locally
+    /// (the send buffer may be reused); the write may complete long after this output,
+    /// and `send` completes (`SendDone`, or `BufferFree` for a buffered send) only at
+    /// `put_done`. The `Written` notice follows as a later `Transmit` without waiting
+    /// for the write to complete, so the write must be visible at `to` before that
+    /// notice is delivered (the transport's ordering rule: a write posted before a
+    /// control message on the same connection lands before the message is delivered).
     Put {
         to: Rank,
         send: SendId,
@@ -112,12 +117,24 @@ struct RecvState {
     stage: RStage,
 }
 
+/// How a send's message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Path {
+    /// Written into an advertised receive, the payload inline in the notice: completes
+    /// when the notice leaves.
+    Inline,
+    /// Written into an advertised receive by a one-sided write (`Output::Put`) that
+    /// has not completed yet: completes at [`Engine::put_done`].
+    Put,
+    /// Went as the send request with this number.
+    Req(u64),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct SendState {
     dest: Rank,
     len: u64,
-    /// Send request number, if it went as a send request (not a direct write).
-    i: Option<u64>,
+    path: Path,
     /// Completes on Ack / Nack / Fin rather than when it leaves the outbox.
     needs_reply: bool,
     /// Left the outbox.
@@ -255,7 +272,9 @@ impl Engine {
         self.out.pop_front()
     }
 
-    /// True when nothing is pending: no request, no queued message, no transfer.
+    /// True when nothing is pending: no request, no queued message, no transfer. A send
+    /// whose one-sided write ([`Output::Put`]) has not been reported by
+    /// [`Engine::put_done`] is pending.
     pub fn is_idle(&self) -> bool {
         self.recvs.is_empty()
             && self.sends.is_empty()
@@ -415,7 +434,7 @@ impl Engine {
             return;
         };
         self.sends.shrink_if_empty();
-        if let Some(i) = st.i {
+        if let Path::Req(i) = st.path {
             self.peers[st.dest as usize].waiting.remove(&i);
         }
         if st.user {
@@ -829,7 +848,7 @@ impl Engine {
         let mut st = SendState {
             dest: spec.dest,
             len: spec.len,
-            i: None,
+            path: Path::Inline,
             needs_reply: false,
             emitted: false,
             cancelling: false,
@@ -867,16 +886,20 @@ impl Engine {
                 );
                 return Ok(id);
             }
-            self.sends.insert(id, st);
             // the payload goes now, whatever the credits: the buffer is ours alone
-            // since the entry was taken; only the notice waits for a credit
+            // since the entry was taken; only the notice waits for a credit. The send
+            // completes when the write does (`put_done`).
+            st.path = Path::Put;
+            self.sends.insert(id, st);
             self.out.push_back(Output::Put {
                 to,
                 send: id,
                 dst: adv.buf,
                 len,
             });
-            self.finish_send(id, SendOutcome::Sent);
+            if self.cfg.mutation == Mutation::SendDoneBeforePut {
+                self.finish_send(id, SendOutcome::Sent);
+            }
             self.ctrl(
                 to,
                 Ctrl::Written {
@@ -907,7 +930,7 @@ impl Engine {
             self.stats.rndv_sends += 1;
             Body::Rndv(spec.buf)
         };
-        st.i = Some(i);
+        st.path = Path::Req(i);
         st.needs_reply = !eager || flags.sync || flags.ready;
         self.sends.insert(id, st);
         let msg = Ctrl::SendReq {
@@ -990,8 +1013,9 @@ impl Engine {
     /// it from its unexpected queue, and the send completes as cancelled or as sent.
     pub fn cancel_send(&mut self, id: SendId) -> Result<(), CallError> {
         let st = self.sends.get_mut(&id).ok_or(CallError::UnknownRequest)?;
-        // a direct write is already matched; a second cancel is a no-op
-        if let (Some(i), false, true) = (st.i, st.cancelling, st.user) {
+        // a direct write (even one whose one-sided write is still in flight) is
+        // already matched; a second cancel is a no-op
+        if let (Path::Req(i), false, true) = (st.path, st.cancelling, st.user) {
             st.cancelling = true;
             let to = st.dest;
             self.ctrl(to, Ctrl::CancelSend { i });
@@ -1261,6 +1285,21 @@ impl Engine {
         }
         self.flush(from);
         Ok(deliver)
+    }
+
+    /// The one-sided write emitted as [`Output::Put`] for `send` has completed locally:
+    /// the send buffer may be reused. Completes the send (`SendDone` with
+    /// [`SendOutcome::Sent`], or `BufferFree` for a buffered send). Fails with
+    /// [`CallError::UnknownRequest`], changing nothing, when `send` is unknown, already
+    /// complete, or has no write in flight (it was not sent by `Output::Put`).
+    pub fn put_done(&mut self, send: SendId) -> Result<(), CallError> {
+        match self.sends.get(&send) {
+            Some(st) if st.path == Path::Put => {
+                self.finish_send(send, SendOutcome::Sent);
+                Ok(())
+            }
+            _ => Err(CallError::UnknownRequest),
+        }
     }
 
     /// A one-sided read of [`Output::Get`] finished. For a staging read, `staged` is the

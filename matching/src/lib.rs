@@ -12,6 +12,10 @@
 //! per tag plus a FIFO of ANY_TAG entries, so the earliest live entry matching a send
 //! is found in O(1). When S sends and finds an entry, it **writes the payload straight
 //! into R's buffer** and queues a `Written{k}` notice behind it: R's CPU takes no part.
+//! The write is only posted then (the transport makes it visible at R before any
+//! control message queued after it); the send completes when the driver reports the
+//! write complete with [`Engine::put_done`], which may be after R has completed the
+//! receive.
 //!
 //! Otherwise S falls back to receiver-side matching with a send request `SendReq` that
 //! carries the payload (eager, up to [`Config::eager_limit`]) or a descriptor R reads
@@ -39,8 +43,8 @@
 //! # Driving two engines by hand
 //!
 //! The driver moves control messages between engines and performs the one-sided
-//! reads and writes the engines ask for. Here rank 1 posts a receive first, so rank
-//! 0's send becomes a direct write:
+//! reads and writes the engines ask for, reporting each one's completion. Here rank 1
+//! posts a receive first, so rank 0's send becomes a direct write:
 //!
 //! ```
 //! use matching::*;
@@ -69,14 +73,17 @@
 //!     match o {
 //!         Output::Put { to: 1, send, dst, len } => {
 //!             assert_eq!((send, dst, len), (s, buf, 8));
-//!             rbuf.copy_from_slice(&sbuf[..len as usize]); // the one-sided write
+//!             rbuf.copy_from_slice(&sbuf[..len as usize]); // post the one-sided write
 //!         }
 //!         Output::Transmit { to: 1, header, payload: None } => notices.push(header),
-//!         Output::SendDone { send, outcome } => assert_eq!((send, outcome), (s, SendOutcome::Sent)),
-//!         o => panic!("{o:?}"),
+//!         o => panic!("{o:?}"), // in particular no SendDone: the write is in flight
 //!     }
 //! }
 //! assert_eq!(&rbuf, b"hi there"); // before rank 1 did anything
+//!
+//! // the write completes at rank 0: only now is the send done
+//! e[0].put_done(s).unwrap();
+//! assert_eq!(e[0].poll_output(), Some(Output::SendDone { send: s, outcome: SendOutcome::Sent }));
 //!
 //! // rank 1 reads the notice when it next polls
 //! e[1].handle(0, notices[0].as_bytes()).unwrap();

@@ -149,6 +149,9 @@ pub enum Mutation {
     /// Adaptive advertising broken: a receive left unadvertised by a pause does not
     /// hold later receives back from advertising.
     PausedNoHold,
+    /// Asynchronous direct writes broken: a send written by `Output::Put` completes
+    /// when the write is posted instead of at `Engine::put_done`.
+    SendDoneBeforePut,
 }
 
 /// Run-time settings of an engine. Every rank of a job must use the same values.

@@ -25,6 +25,19 @@ enum Event {
     Free(Rank, SendId),
 }
 
+/// A one-sided write the driver posted for `Output::Put`.
+struct PendingPut {
+    rank: Rank,
+    to: Rank,
+    send: SendId,
+    dst: RemoteBuf,
+    len: u64,
+    /// Frames queued on `rank -> to` before the write was posted: the frame with this
+    /// index (and every later one) may be delivered only once the write has landed.
+    at: u64,
+    landed: bool,
+}
+
 struct PendingGet {
     rank: Rank,
     xfer: XferId,
@@ -48,6 +61,15 @@ struct World {
     events: Vec<Event>,
     /// (from, to, len) of every direct write carried out.
     puts: Vec<(Rank, Rank, u64)>,
+    /// Writes posted but not yet reported complete (only with `defer_puts`), oldest
+    /// first.
+    puts_in_flight: Vec<PendingPut>,
+    /// Keep one-sided writes in flight: land them in `land_puts` (or `run`) and
+    /// report them with `complete_put`. Otherwise a write lands and completes at once.
+    defer_puts: bool,
+    /// Frames ever queued / delivered per channel.
+    queued: HashMap<(Rank, Rank), u64>,
+    delivered: HashMap<(Rank, Rank), u64>,
     seed: u8,
 }
 
@@ -64,6 +86,10 @@ impl World {
             gets: vec![],
             events: vec![],
             puts: vec![],
+            puts_in_flight: vec![],
+            defer_puts: false,
+            queued: HashMap::new(),
+            delivered: HashMap::new(),
             seed: 0,
         }
     }
@@ -251,19 +277,35 @@ impl World {
                         bytes.extend(self.read(rank, addr, len));
                     }
                     self.chan.entry((rank, to)).or_default().push_back(bytes);
+                    *self.queued.entry((rank, to)).or_default() += 1;
                 }
                 Output::Put { to, send, dst, len } => {
-                    // the write is visible at once; its `Written` notice follows as a
-                    // later Transmit
+                    // its `Written` notice follows as a later Transmit
                     assert!(
                         len <= dst.len,
                         "direct write of {len} bytes into a {}-byte buffer",
                         dst.len
                     );
-                    let addr = self.send_addr[&(rank, send)];
-                    let data = self.read(rank, addr, len);
-                    self.write(to, dst.addr, &data);
                     self.puts.push((rank, to, len));
+                    let at = self.queued.get(&(rank, to)).copied().unwrap_or(0);
+                    let mut p = PendingPut {
+                        rank,
+                        to,
+                        send,
+                        dst,
+                        len,
+                        at,
+                        landed: false,
+                    };
+                    if self.defer_puts {
+                        self.puts_in_flight.push(p);
+                    } else {
+                        // the write lands and completes at once
+                        self.land(&mut p);
+                        self.eng[rank as usize]
+                            .put_done(send)
+                            .expect("a write in flight");
+                    }
                 }
                 Output::Get {
                     xfer,
@@ -318,8 +360,55 @@ impl World {
             .unwrap_or_default()
     }
 
+    /// Carries out the write: the payload lands in `to`'s memory.
+    fn land(&mut self, p: &mut PendingPut) {
+        assert!(!p.landed, "a write lands once");
+        let addr = self.send_addr[&(p.rank, p.send)];
+        let data = self.read(p.rank, addr, p.len);
+        self.write(p.to, p.dst.addr, &data);
+        p.landed = true;
+    }
+
+    /// Lands every deferred write that has not landed yet (oldest first).
+    fn land_puts(&mut self) {
+        let mut puts = std::mem::take(&mut self.puts_in_flight);
+        for p in puts.iter_mut().filter(|p| !p.landed) {
+            self.land(p);
+        }
+        self.puts_in_flight = puts;
+    }
+
+    /// Reports the oldest deferred write complete to its sender (landing it first if
+    /// needed); false if there is none.
+    fn complete_put(&mut self) -> bool {
+        if self.puts_in_flight.is_empty() {
+            return false;
+        }
+        let mut p = self.puts_in_flight.remove(0);
+        if !p.landed {
+            self.land(&mut p);
+        }
+        self.eng[p.rank as usize]
+            .put_done(p.send)
+            .expect("a write in flight");
+        self.drain(p.rank);
+        true
+    }
+
     fn try_deliver(&mut self, from: Rank, to: Rank) -> Option<Result<(), ProtocolError>> {
         let bytes = self.chan.get_mut(&(from, to))?.pop_front()?;
+        let n = self.delivered.entry((from, to)).or_default();
+        let index = *n;
+        *n += 1;
+        // the transport's ordering rule: a write posted before this frame was queued
+        // has landed
+        assert!(
+            !self
+                .puts_in_flight
+                .iter()
+                .any(|p| (p.rank, p.to) == (from, to) && !p.landed && p.at <= index),
+            "driver: frame {index} on {from}->{to} delivered before an earlier write landed"
+        );
         let res = self.eng[to as usize].handle(from, &bytes);
         let res = res.map(|d| {
             if let Some(d) = d {
@@ -368,10 +457,12 @@ impl World {
         true
     }
 
-    /// Runs until nothing is in flight.
+    /// Runs until no control message or read is in flight. Deferred writes land, but
+    /// are not reported complete (see `complete_put`).
     fn run(&mut self) {
         let n = self.eng.len() as Rank;
         loop {
+            self.land_puts();
             let mut progress = false;
             for from in 0..n {
                 for to in 0..n {
@@ -504,6 +595,108 @@ fn direct_write_path() {
     let st = w.stats(0);
     assert_eq!((st.direct_writes, st.eager_sends, st.rndv_sends), (1, 0, 0));
     assert_eq!(w.stats(1).advertised, 1);
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+}
+
+#[test]
+fn direct_write_completes_at_put_done_after_the_receive() {
+    let mut w = World::two(cfg(|_| {}));
+    w.defer_puts = true;
+    let r = w.post(1, R0, t(7), 16);
+    w.deliver_all(1, 0);
+    let s = w.send(0, 1, 7, 16, STD);
+    // the write is posted and its notice queued behind it; the send is not complete
+    assert_eq!(w.puts, vec![(0, 1, 16)]);
+    assert_eq!(w.puts_in_flight.len(), 1);
+    assert!(matches!(w.peek(0, 1)[..], [Ctrl::Written { k: 1, .. }]));
+    assert_eq!(w.send_done(0, s), None);
+    assert!(
+        !w.eng[0].is_idle(),
+        "a send with its write in flight is pending"
+    );
+    // already matched: cancelling it does nothing
+    assert_eq!(w.eng[0].cancel_send(s), Ok(()));
+    w.drain(0);
+    assert_eq!(w.pending(0, 1), 1, "no CancelSend");
+    // not a write in flight: the engine rejects these and changes nothing
+    assert_eq!(
+        w.eng[0].put_done(SendId(999)),
+        Err(CallError::UnknownRequest)
+    );
+    assert_eq!(w.eng[1].put_done(s), Err(CallError::UnknownRequest));
+    w.drain(0);
+    assert_eq!(w.send_done(0, s), None);
+
+    // the write lands, the receiver reads the notice and completes the receive
+    w.run();
+    w.assert_received(1, r, 0, s, 7);
+    assert!(w.eng[1].is_idle());
+    assert_eq!(w.send_done(0, s), None, "the write has not completed yet");
+    assert!(!w.eng[0].is_idle());
+
+    // the completion arrives late
+    assert!(w.complete_put());
+    assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    assert!(w.eng[0].is_idle());
+    assert_eq!(w.eng[0].put_done(s), Err(CallError::UnknownRequest));
+    assert_eq!(w.eng[0].cancel_send(s), Err(CallError::UnknownRequest));
+    assert_eq!(w.send_events(0, s).len(), 1);
+}
+
+#[test]
+fn put_done_only_for_writes_in_flight() {
+    let mut w = World::two(cfg(|c| {
+        c.inline_limit = 8;
+        c.credits = 1;
+        c.low_water = 1;
+    }));
+    w.defer_puts = true;
+    // a rendezvous send request is not a write
+    let s = w.send(0, 1, 1, 200, STD);
+    assert_eq!(w.eng[0].put_done(s), Err(CallError::UnknownRequest));
+    w.drain(0);
+    assert_eq!(w.send_done(0, s), None);
+    let r = w.post(1, R0, t(1), 256);
+    w.run();
+    w.assert_received(1, r, 0, s, 1);
+    assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    // an inline direct write waiting for a credit is not a one-sided write either
+    let r1 = w.post(1, R0, t(2), 8);
+    let r2 = w.post(1, R0, t(2), 8);
+    w.run();
+    assert_eq!(w.eng[0].advertised_by(1), 2);
+    let s1 = w.send(0, 1, 2, 4, STD);
+    let s2 = w.send(0, 1, 2, 4, STD);
+    assert_eq!(w.send_done(0, s2), None, "stalled behind s1's notice");
+    assert_eq!(w.eng[0].put_done(s2), Err(CallError::UnknownRequest));
+    w.run();
+    w.assert_received(1, r1, 0, s1, 2);
+    w.assert_received(1, r2, 0, s2, 2);
+    assert_eq!(w.send_done(0, s2), Some(SendOutcome::Sent));
+    assert!(w.puts.is_empty());
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+}
+
+#[test]
+fn buffered_direct_write_frees_at_put_done() {
+    let mut w = World::two(cfg(|_| {}));
+    w.defer_puts = true;
+    w.eng[0].attach_buffer(16).unwrap();
+    let r = w.post(1, R0, t(3), 16);
+    w.deliver_all(1, 0);
+    let s = w.send(0, 1, 3, 16, SendMode::Buffered);
+    // complete for the user at once, but its copy stays in use while the write flies
+    assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    assert!(!w.freed(0, s));
+    assert_eq!(w.eng[0].detach_buffer(), Ok(None));
+    w.run();
+    w.assert_received(1, r, 0, s, 3);
+    assert!(!w.freed(0, s));
+    assert_eq!(w.eng[0].detach_buffer(), Ok(None));
+    assert!(w.complete_put());
+    assert!(w.freed(0, s));
+    assert_eq!(w.send_events(0, s).len(), 1);
+    assert_eq!(w.eng[0].detach_buffer(), Ok(Some(16)));
     assert!(w.eng.iter().all(|e| e.is_idle()));
 }
 
@@ -1093,6 +1286,52 @@ fn cancel_racing_with_direct_write() {
     assert_eq!(w.recv_events(1, r).len(), 1);
     w.assert_received(1, r, 0, s, 4);
     assert!(w.eng.iter().all(|e| e.is_idle()));
+}
+
+#[test]
+fn cancel_receive_while_the_write_to_it_is_in_flight() {
+    for complete_early in [false, true] {
+        let mut w = World::two(cfg(|_| {}));
+        w.defer_puts = true;
+        let r = w.post(1, R0, t(4), 8);
+        w.deliver_all(1, 0);
+        let s = w.send(0, 1, 4, 8, STD); // posted, not landed, notice queued behind it
+        assert_eq!(w.puts_in_flight.len(), 1);
+        w.eng[1].cancel_recv(r).unwrap(); // retract in flight
+        w.drain(1);
+        assert_eq!(w.peek(1, 0), vec![Ctrl::Retract { k: 1 }]);
+        // the sender already took the advertisement: the retract fails
+        w.deliver(1, 0);
+        assert_eq!(
+            w.peek(0, 1),
+            vec![
+                Ctrl::Written {
+                    k: 1,
+                    tag: 4,
+                    len: 8,
+                    msg_len: 8
+                },
+                Ctrl::RetractAck { k: 1, ok: false }
+            ]
+        );
+        if complete_early {
+            // the write lands and completes before the receiver hears of it
+            assert!(w.complete_put());
+            assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+        }
+        assert_eq!(w.recv_done(1, r), None);
+        w.run(); // the write lands before its notice is delivered
+        assert_eq!(w.recv_events(1, r).len(), 1, "never cancelled as well");
+        w.assert_received(1, r, 0, s, 4);
+        assert!(w.eng[1].is_idle());
+        if !complete_early {
+            assert_eq!(w.send_done(0, s), None);
+            assert!(w.complete_put());
+        }
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+        assert!(w.eng.iter().all(|e| e.is_idle()));
+        assert_eq!(w.eng[1].queue_lengths(), (0, 0));
+    }
 }
 
 #[test]

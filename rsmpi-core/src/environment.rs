@@ -208,13 +208,19 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         return Err(Error::AlreadyInitialized);
     }
     let mut boot = Boot::init().map_err(|e| Error::Transport(e.to_string()))?;
-    let t = crate::select::open(&mut boot)?;
+    let (t, transport_kind) = crate::select::open(&mut boot)?;
     let caps = t.caps();
     // the eager payload rides inside one control message
     cfg.eager_limit = cfg
         .eager_limit
         .min((caps.max_ctrl - matching::wire::MAX_HEADER) as u64);
     cfg.inline_limit = cfg.inline_limit.min(cfg.eager_limit);
+    // choose by capability: where the transport carries a few bytes one-sidedly in the
+    // work request (RDMA), a pre-posted receive gets every direct write that way; on
+    // shared memory a small payload is faster in the ring (RSMPI_INLINE_LIMIT decides)
+    if caps.put_inline > 0 && std::env::var_os("RSMPI_INLINE_LIMIT").is_none() {
+        cfg.inline_limit = 0;
+    }
     cfg.advertise_above = cfg.advertise_above.min(cfg.eager_limit);
     size_credits(&mut cfg, &caps);
     let me = boot.rank();
@@ -222,6 +228,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     progress::install(State {
         engine,
         transport: wrap_transport(t),
+        transport_kind,
         regions: Default::default(),
         recv_dst: Default::default(),
         send_src: Default::default(),
@@ -238,6 +245,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         start: std::time::Instant::now(),
         registers: caps.registers,
         exposures: Default::default(),
+        pending_gets: Default::default(),
     })?;
     let u = Universe {
         _not_send: std::marker::PhantomData,
@@ -285,6 +293,12 @@ impl Universe {
             self.buffer_detach()
                 .unwrap_or_else(|e| crate::topology::fail("buffer_detach", e));
         }
+    }
+
+    /// The transports this rank uses: `shm`, `verbs`, `ofi`, or two joined by `+`
+    /// (shared memory within the node, the network beyond).
+    pub fn transport(&self) -> String {
+        progress::with(|s| s.transport_kind.clone())
     }
 
     /// Counters of which path sends took (direct write, eager, rendezvous).

@@ -5,7 +5,7 @@
 //! and duplication; nothing else ever sets it.
 
 use matching::wire::{self, Body, Ctrl};
-use transport::{Caps, Rank, RemoteBuf, Transport, TransportError};
+use transport::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -92,8 +92,9 @@ impl Transport for Faulty {
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.inner.put(peer, src, dst, offset)
+        token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.inner.put(peer, src, dst, offset, token)
     }
     fn get(
         &mut self,
@@ -101,8 +102,15 @@ impl Transport for Faulty {
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.inner.get(peer, dst, src, offset)
+        token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.inner.get(peer, dst, src, offset, token)
+    }
+    fn poll_done(
+        &mut self,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> Result<usize, TransportError> {
+        self.inner.poll_done(f)
     }
     fn poll(
         &mut self,

@@ -127,7 +127,7 @@ pub(crate) fn start_send(
         SendSrc::Slice(r, off, len) => (s.regions.addr(*r).expect("lent") + off, *len),
         SendSrc::Owned(v) | SendSrc::Packed(v) => (v.as_ptr() as usize, v.len()),
     };
-    let buf = s.expose(addr, len)?;
+    let (buf, registered) = s.expose_if(|s| s.send_is_read(len), addr, len)?;
     let spec = SendSpec {
         dest,
         tag,
@@ -137,7 +137,9 @@ pub(crate) fn start_send(
         buf: progress::to_matching(buf),
     };
     let id = s.engine.start_send(spec)?;
-    s.exposed(Key::Send(id), buf);
+    if registered {
+        s.exposed(Key::Send(id), buf);
+    }
     if let SendSrc::Region(r) = &src {
         s.by_region.insert(*r, Key::Send(id));
     }
@@ -156,7 +158,7 @@ pub(crate) fn start_recv(
     let mut dst = dst;
     let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
     let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
-    let buf = s.expose(addr, len)?;
+    let (buf, registered) = s.expose_if(|s| s.recv_is_advertised(source, len), addr, len)?;
     let spec = RecvSpec {
         source,
         tag,
@@ -165,7 +167,9 @@ pub(crate) fn start_recv(
         buf: Some(progress::to_matching(buf)),
     };
     let id = s.engine.post_recv(spec)?;
-    s.exposed(Key::Recv(id), buf);
+    if registered {
+        s.exposed(Key::Recv(id), buf);
+    }
     if let Some(r) = dst.region() {
         s.by_region.insert(r, Key::Recv(id));
     }

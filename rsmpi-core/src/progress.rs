@@ -4,11 +4,11 @@
 
 use crate::error::{Error, Result};
 use launcher::Boot;
-use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome};
+use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome, XferId};
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
 use transport::mem::{RegionHost, RegionId, Regions};
-use transport::{Rank, Transport, TransportError};
+use transport::{Posted, Rank, Transport, TransportError};
 
 pub(crate) fn to_matching(b: transport::RemoteBuf) -> matching::RemoteBuf {
     matching::RemoteBuf {
@@ -196,6 +196,8 @@ impl<K: Eq + std::hash::Hash + Copy, V> Requests<K, V> {
 pub(crate) struct State {
     pub engine: Engine,
     pub transport: Box<dyn Transport>,
+    /// Short name of the transports in use (`Universe::transport`).
+    pub transport_kind: String,
     pub regions: Regions,
     pub recv_dst: Requests<RecvId, RecvDst>,
     pub send_src: Requests<SendId, SendSrc>,
@@ -223,6 +225,17 @@ pub(crate) struct State {
     /// request's exposure is kept in `exposures` and undone when the request ends.
     pub registers: bool,
     pub exposures: HashMap<Key, transport::RemoteBuf>,
+    /// Reads the transport reported [`transport::Posted::Pending`], by token, with the
+    /// staging buffer they fill (kept here, unmoved, until the read completes).
+    pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
+}
+
+/// The token of a one-sided operation: a send's put or a transfer's read.
+fn put_token(s: SendId) -> u64 {
+    s.0 << 1
+}
+fn get_token(x: XferId) -> u64 {
+    x.0 << 1 | 1
 }
 
 thread_local! {
@@ -294,7 +307,12 @@ impl State {
     /// Polls the transport once and carries out everything the engine asks for.
     /// Returns whether anything arrived.
     pub fn progress(&mut self) -> bool {
-        let n = self.poll_incoming();
+        let mut n = self.poll_incoming();
+        // only transports that register memory (the network ones) finish one-sided
+        // operations later; shared memory's are done when they return
+        if self.registers {
+            n += self.poll_done();
+        }
         self.run_outputs();
         crate::collective::exec::advance_all(self);
         n > 0
@@ -327,6 +345,40 @@ impl State {
             Ok(n) => n,
             Err(e) => self.fatal("poll", &e),
         }
+    }
+
+    /// Collects one-sided operations that finished after they were posted.
+    fn poll_done(&mut self) -> usize {
+        let mut done = Vec::new();
+        let res = self.transport.poll_done(&mut |t, r| done.push((t, r)));
+        if let Err(e) = res {
+            self.fatal("completion", &e);
+        }
+        let n = done.len();
+        for (token, r) in done {
+            if let Err(e) = r {
+                self.fatal(
+                    if token & 1 == 0 {
+                        "direct write"
+                    } else {
+                        "read"
+                    },
+                    &e,
+                );
+            }
+            let res = if token & 1 == 0 {
+                self.engine.put_done(SendId(token >> 1))
+            } else {
+                match self.pending_gets.remove(&token) {
+                    Some((xfer, staged)) => self.engine.get_done(xfer, staged),
+                    None => self.fatal("read", &"completion of an unknown read"),
+                }
+            };
+            if let Err(e) = res {
+                self.fatal("completion", &e);
+            }
+        }
+        n
     }
 
     fn send_bytes<'a>(
@@ -428,6 +480,41 @@ impl State {
             .map_err(|e| crate::Error::Transport(format!("exposing {len} bytes: {e}")))
     }
 
+    /// [`State::expose`] where the engine may access the buffer one-sidedly, and the
+    /// plain descriptor (no registration) where it never will; says which it was.
+    #[inline]
+    pub fn expose_if(
+        &mut self,
+        needed: impl FnOnce(&Self) -> bool,
+        addr: usize,
+        len: usize,
+    ) -> Result<(transport::RemoteBuf, bool)> {
+        if self.registers && needed(self) {
+            return Ok((self.expose(addr, len)?, true));
+        }
+        let plain = transport::RemoteBuf {
+            addr: addr as u64,
+            len: len as u64,
+            key: 0,
+        };
+        Ok((plain, false))
+    }
+
+    /// Whether a send of `len` bytes may be read one-sidedly by its receiver (it goes
+    /// by rendezvous), so that a registering transport must expose it.
+    pub fn send_is_read(&self, len: usize) -> bool {
+        let c = self.engine.config();
+        !(c.protocol == matching::RecvProtocol::Eager && len as u64 <= c.eager_limit)
+    }
+
+    /// Whether a receive may be advertised to its sender (and written one-sidedly).
+    pub fn recv_is_advertised(&self, source: matching::Source, capacity: usize) -> bool {
+        let c = self.engine.config();
+        c.matching == matching::MatchingMode::Both
+            && capacity as u64 > c.advertise_above
+            && source != matching::Source::Any
+    }
+
     /// Remembers the exposure of request `key` until it ends (registering transports).
     pub fn exposed(&mut self, key: Key, buf: transport::RemoteBuf) {
         if self.registers {
@@ -460,8 +547,14 @@ impl State {
                         ..
                     } = self;
                     let bytes = Self::send_bytes(regions, send_src, send, len);
-                    if let Err(e) = transport.put(to, bytes, to_transport(dst), 0) {
-                        self.fatal("direct write", &e);
+                    match transport.put(to, bytes, to_transport(dst), 0, put_token(send)) {
+                        Ok(Posted::Done) => {
+                            if let Err(e) = self.engine.put_done(send) {
+                                self.fatal("direct write", &e);
+                            }
+                        }
+                        Ok(Posted::Pending) => {}
+                        Err(e) => self.fatal("direct write", &e),
                     }
                 }
                 Output::Get {
@@ -471,7 +564,8 @@ impl State {
                     len,
                     into,
                 } => {
-                    let staged = match into {
+                    let token = get_token(xfer);
+                    let (posted, staged) = match into {
                         GetInto::Recv(r) => {
                             let State {
                                 transport,
@@ -483,23 +577,28 @@ impl State {
                             let Some(dst) = dst else {
                                 self.fatal("read", &"receive without buffer")
                             };
-                            if let Err(e) =
-                                transport.get(from, &mut dst[..len as usize], to_transport(src), 0)
-                            {
-                                self.fatal("read", &e);
-                            }
-                            None
+                            let dst = &mut dst[..len as usize];
+                            (transport.get(from, dst, to_transport(src), 0, token), None)
                         }
                         GetInto::Staging => {
                             let mut v = vec![0; len as usize];
-                            if let Err(e) = self.transport.get(from, &mut v, to_transport(src), 0) {
-                                self.fatal("read", &e);
-                            }
-                            Some(v)
+                            let r = self
+                                .transport
+                                .get(from, &mut v, to_transport(src), 0, token);
+                            (r, Some(v))
                         }
                     };
-                    if let Err(e) = self.engine.get_done(xfer, staged) {
-                        self.fatal("read", &e);
+                    match posted {
+                        Ok(Posted::Done) => {
+                            if let Err(e) = self.engine.get_done(xfer, staged) {
+                                self.fatal("read", &e);
+                            }
+                        }
+                        // the staging buffer's heap block stays where the read goes
+                        Ok(Posted::Pending) => {
+                            self.pending_gets.insert(token, (xfer, staged));
+                        }
+                        Err(e) => self.fatal("read", &e),
                     }
                 }
                 Output::CopyIn { recv, data } => {

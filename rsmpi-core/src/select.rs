@@ -5,9 +5,14 @@
 //!   node; otherwise shared memory to this node's ranks and the network (`RSMPI_NET`) to
 //!   the rest, through one [`transport::route::Routed`] transport.
 //! * `RSMPI_TRANSPORT=shm`: shared memory only (an error if the job spans nodes).
-//! * `RSMPI_TRANSPORT=ofi` (or `net`): the network transport to every peer, this
-//!   rank's own node and itself included — how to test the network path on one node.
-//! * `RSMPI_NET=ofi` (the default; `verbs` is not built yet) names the network transport.
+//! * `RSMPI_TRANSPORT=verbs` or `ofi` (or `net`, which takes `RSMPI_NET`): that network
+//!   transport to every peer, this rank's own node and itself included — how to run the
+//!   network path on one node (2–4 ranks on one SoftRoCE device). When verbs cannot
+//!   run here (no libibverbs, no device) and the job is on one node, the ranks use
+//!   shared memory and rank 0 says so in one line.
+//! * `RSMPI_NET=verbs|ofi` names the network transport for peers on other nodes. Unset:
+//!   verbs where this build has it and a device is there, else libfabric (rank 0 says
+//!   why verbs was passed over).
 //!
 //! A node is what `/proc/sys/kernel/hostname` and the network namespace
 //! (`/proc/self/ns/net`) name together, so that ranks placed in different network
@@ -23,15 +28,13 @@ use crate::{Error, Result};
 /// Key under which each rank publishes its node's name.
 const KEY_NODE: &str = "node";
 
-const VERBS: &str = "the verbs transport is not part of rsmpi yet: use RSMPI_NET=ofi \
-                     with FI_PROVIDER=\"verbs;ofi_rxm\" for InfiniBand or RoCE";
-
 /// What the ranks are told to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Choice {
     Auto,
     Shm,
-    Net,
+    /// A network transport to every rank: the one named, or `RSMPI_NET`'s.
+    Net(Option<Net>),
 }
 
 /// The network transports rsmpi knows.
@@ -45,18 +48,21 @@ fn choice(boot: &Boot) -> Result<Choice> {
     match boot.transport() {
         "" | "auto" => Ok(Choice::Auto),
         "shm" => Ok(Choice::Shm),
-        "ofi" | "net" => Ok(Choice::Net),
-        "verbs" => Err(Error::Transport(VERBS.into())),
+        "net" => Ok(Choice::Net(None)),
+        "ofi" => Ok(Choice::Net(Some(Net::Ofi))),
+        "verbs" => Ok(Choice::Net(Some(Net::Verbs))),
         other => Err(Error::Transport(format!(
-            "RSMPI_TRANSPORT={other:?}: expected auto, shm, ofi or verbs"
+            "RSMPI_TRANSPORT={other:?}: expected auto, shm, verbs, ofi or net"
         ))),
     }
 }
 
-fn net() -> Result<Net> {
+/// `RSMPI_NET`; `None` when unset (verbs if it can run, else libfabric).
+fn net() -> Result<Option<Net>> {
     match std::env::var("RSMPI_NET").as_deref() {
-        Err(_) | Ok("") | Ok("ofi") => Ok(Net::Ofi),
-        Ok("verbs") => Ok(Net::Verbs),
+        Err(_) | Ok("") => Ok(None),
+        Ok("ofi") => Ok(Some(Net::Ofi)),
+        Ok("verbs") => Ok(Some(Net::Verbs)),
         Ok(other) => Err(Error::Transport(format!(
             "RSMPI_NET={other:?}: expected ofi or verbs"
         ))),
@@ -119,52 +125,142 @@ fn shm(boot: &mut Boot, local: &[Rank]) -> Result<Box<dyn Transport>> {
     Ok(Box::new(t))
 }
 
-/// The network transport to every rank; returns it and its name for log lines.
-fn network(boot: &mut Boot, external: bool) -> Result<(Box<dyn Transport>, String)> {
-    match net()? {
-        Net::Verbs => Err(Error::Transport(VERBS.into())),
-        #[cfg(not(feature = "ofi"))]
-        Net::Ofi => {
-            let _ = (boot, external);
-            Err(Error::Transport(
-                "the ranks span nodes, and this build of rsmpi has no network transport: \
-                 rebuild it with the `ofi` feature (needs libfabric-dev)"
-                    .into(),
-            ))
+/// Why the network transport did not open: it cannot run here (the caller may fall
+/// back), or it failed.
+enum NetError {
+    Unavailable(String),
+    Failed(Error),
+}
+
+impl From<Error> for NetError {
+    fn from(e: Error) -> Self {
+        NetError::Failed(e)
+    }
+}
+
+impl NetError {
+    fn into_error(self) -> Error {
+        match self {
+            NetError::Unavailable(why) => Error::Transport(why),
+            NetError::Failed(e) => e,
         }
-        #[cfg(feature = "ofi")]
-        Net::Ofi => {
-            let mut cfg = transport_ofi::OfiConfig::from_env();
-            cfg.prefer_external = cfg.prefer_external || external;
-            match transport_ofi::OfiTransport::new(boot, &cfg) {
-                Ok(t) => {
-                    let name = format!("ofi ({})", t.provider_name());
-                    Ok((Box::new(t), name))
-                }
-                Err(transport::TransportError::Unsupported(what)) => {
-                    Err(Error::Transport(format!(
-                        "the network transport is not in this build ({what}): rebuild rsmpi with \
-                     the `ofi` feature (needs libfabric-dev)"
-                    )))
-                }
-                Err(e) => Err(Error::Transport(format!("libfabric: {e}"))),
+    }
+}
+
+/// Rank 0 tells the user, in one line, what could not be used and what is used instead.
+fn say(boot: &Boot, line: &str) {
+    if boot.rank() == 0 {
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_all(format!("rsmpi: {line}\n").as_bytes());
+    }
+}
+
+fn verbs(boot: &mut Boot) -> std::result::Result<(Box<dyn Transport>, String), NetError> {
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = boot;
+        Err(NetError::Unavailable(
+            "this build of rsmpi has no verbs transport: rebuild it with the `verbs` feature \
+             (needs libibverbs-dev)"
+                .into(),
+        ))
+    }
+    #[cfg(feature = "verbs")]
+    {
+        let cfg = transport_verbs::VerbsConfig::from_env();
+        match transport_verbs::VerbsTransport::new(boot, &cfg) {
+            Ok(t) => {
+                let name = format!("verbs ({})", t.device_name());
+                Ok((Box::new(t), name))
             }
+            Err(transport::TransportError::Unavailable(why)) => {
+                Err(NetError::Unavailable(format!("verbs cannot run: {why}")))
+            }
+            Err(e) => Err(NetError::Failed(Error::Transport(format!("verbs: {e}")))),
         }
+    }
+}
+
+fn ofi(
+    boot: &mut Boot,
+    external: bool,
+) -> std::result::Result<(Box<dyn Transport>, String), NetError> {
+    #[cfg(not(feature = "ofi"))]
+    {
+        let _ = (boot, external);
+        Err(NetError::Unavailable(
+            "this build of rsmpi has no libfabric transport: rebuild it with the `ofi` \
+             feature (needs libfabric-dev)"
+                .into(),
+        ))
+    }
+    #[cfg(feature = "ofi")]
+    {
+        let mut cfg = transport_ofi::OfiConfig::from_env();
+        cfg.prefer_external = cfg.prefer_external || external;
+        match transport_ofi::OfiTransport::new(boot, &cfg) {
+            Ok(t) => {
+                let name = format!("ofi ({})", t.provider_name());
+                Ok((Box::new(t), name))
+            }
+            Err(e) => Err(NetError::Failed(Error::Transport(format!(
+                "libfabric: {e}"
+            )))),
+        }
+    }
+}
+
+/// The network transport to every rank (`which`, else `RSMPI_NET`, else verbs where it
+/// can run and libfabric otherwise); returns it and its name for log lines.
+fn network(
+    boot: &mut Boot,
+    external: bool,
+    which: Option<Net>,
+) -> std::result::Result<(Box<dyn Transport>, String), NetError> {
+    match which.or(net()?) {
+        Some(Net::Verbs) => verbs(boot),
+        Some(Net::Ofi) => ofi(boot, external),
+        None => match verbs(boot) {
+            Ok(t) => Ok(t),
+            Err(NetError::Unavailable(why)) => {
+                let t = ofi(boot, external).map_err(|e| match e {
+                    NetError::Unavailable(no_ofi) => NetError::Unavailable(format!(
+                        "the ranks span nodes and no network transport can run: {why}; {no_ofi}"
+                    )),
+                    failed => failed,
+                })?;
+                if cfg!(feature = "verbs") {
+                    say(boot, &format!("{why}; using libfabric"));
+                }
+                Ok(t)
+            }
+            Err(e) => Err(e),
+        },
     }
 }
 
 /// Opens the transports this rank uses, as the environment asks. Collective over the
 /// job: every rank makes the same decisions from the same exchanged node names.
-pub(crate) fn open(boot: &mut Boot) -> Result<Box<dyn Transport>> {
+/// Returns the transport and its short name (`shm`, `verbs`, `ofi`, `shm+verbs`, …).
+pub(crate) fn open(boot: &mut Boot) -> Result<(Box<dyn Transport>, String)> {
     let choice = choice(boot)?;
     let (me, size) = (boot.rank(), boot.size());
     let debug = std::env::var("RSMPI_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
     let all: Vec<Rank> = (0..size).collect();
     let (t, line): (Box<dyn Transport>, String) = match choice {
-        Choice::Net => {
-            let (t, name) = network(boot, false)?;
-            (t, format!("{name} to ranks {}", ranges(&all)))
-        }
+        Choice::Net(which) => match network(boot, false, which) {
+            Ok((t, name)) => (t, format!("{name} to ranks {}", ranges(&all))),
+            // verbs asked for where it cannot run: shared memory, if the job allows
+            Err(NetError::Unavailable(why)) => {
+                let local = local_ranks(boot)?;
+                if local.len() != size as usize {
+                    return Err(Error::Transport(why));
+                }
+                say(boot, &format!("{why}; using shared memory"));
+                (shm(boot, &all)?, format!("shm to ranks {}", ranges(&all)))
+            }
+            Err(e) => return Err(e.into_error()),
+        },
         Choice::Shm | Choice::Auto => {
             let local = local_ranks(boot)?;
             // route[r]: 0 = shared memory (this node), 1 = the network
@@ -189,7 +285,7 @@ pub(crate) fn open(boot: &mut Boot) -> Result<Box<dyn Transport>> {
                 )));
             } else {
                 let near = shm(boot, &local)?;
-                let (far_t, name) = network(boot, true)?;
+                let (far_t, name) = network(boot, true, None).map_err(NetError::into_error)?;
                 let line = format!(
                     "shm to ranks {}, {name} to ranks {}",
                     ranges(&local),
@@ -207,7 +303,17 @@ pub(crate) fn open(boot: &mut Boot) -> Result<Box<dyn Transport>> {
         let _ = std::io::stderr()
             .write_all(format!("rsmpi: rank {me}: transport: {line}\n").as_bytes());
     }
-    Ok(t)
+    Ok((t, kind(&line)))
+}
+
+/// `shm+verbs` from `shm to ranks 0-1, verbs (rxe0 …) to ranks 2-3`.
+fn kind(line: &str) -> String {
+    let mut parts: Vec<&str> = line
+        .split(", ")
+        .filter_map(|p| p.split([' ', '(']).next())
+        .collect();
+    parts.dedup();
+    parts.join("+")
 }
 
 #[cfg(test)]
@@ -217,5 +323,15 @@ mod tests {
         assert_eq!(super::ranges(&[]), "");
         assert_eq!(super::ranges(&[3]), "3");
         assert_eq!(super::ranges(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+    }
+
+    #[test]
+    fn kind() {
+        assert_eq!(super::kind("shm to ranks 0-3"), "shm");
+        assert_eq!(
+            super::kind("shm to ranks 0-1, verbs (rxe0 port 1 (RoCE, GID index 1)) to ranks 2-3"),
+            "shm+verbs"
+        );
+        assert_eq!(super::kind("ofi (tcp;ofi_rxm) to ranks 0-1"), "ofi");
     }
 }

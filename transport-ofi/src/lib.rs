@@ -250,7 +250,7 @@ impl OfiConfig {
 #[cfg(not(feature = "libfabric"))]
 mod stub {
     use super::OfiConfig;
-    use transport::{Caps, Exchange, Rank, RemoteBuf, Transport, TransportError};
+    use transport::{Caps, Exchange, Posted, Rank, RemoteBuf, Transport, TransportError};
 
     /// The libfabric transport, absent from this build (no `libfabric` feature): it
     /// cannot be constructed.
@@ -302,7 +302,14 @@ mod stub {
         fn expose(&mut self, _: usize, _: usize) -> Result<RemoteBuf, TransportError> {
             match self.never {}
         }
-        fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> {
+        fn put(
+            &mut self,
+            _: Rank,
+            _: &[u8],
+            _: RemoteBuf,
+            _: u64,
+            _: u64,
+        ) -> Result<Posted, TransportError> {
             match self.never {}
         }
         fn get(
@@ -311,7 +318,8 @@ mod stub {
             _: &mut [u8],
             _: RemoteBuf,
             _: u64,
-        ) -> Result<(), TransportError> {
+            _: u64,
+        ) -> Result<Posted, TransportError> {
             match self.never {}
         }
     }

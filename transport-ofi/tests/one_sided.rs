@@ -76,9 +76,9 @@ fn origin(env: &RankEnv, t: &mut OfiTransport, stale: bool) {
     let od = t.expose(own.as_mut_ptr() as usize, own.len()).unwrap();
     let mut data = vec![0u8; 5000];
     pattern(&mut data, 7);
-    t.put(0, &data, od, 100).unwrap();
+    t.put(0, &data, od, 100, 0).unwrap();
     let mut back = vec![0u8; 5000];
-    t.get(0, &mut back, od, 100).unwrap();
+    t.get(0, &mut back, od, 100, 0).unwrap();
     assert_eq!(back, data);
     t.unexpose(od);
     assert_eq!(&own[100..5100], &data[..]);
@@ -98,30 +98,30 @@ fn origin(env: &RankEnv, t: &mut OfiTransport, stale: bool) {
     for (i, &(off, len)) in ops.iter().enumerate() {
         let mut data = vec![0u8; len];
         pattern(&mut data, 100 + i as u64);
-        t.put(1, &data, d, off as u64).unwrap();
+        t.put(1, &data, d, off as u64, 0).unwrap();
         mirror[off..off + len].copy_from_slice(&data);
         let mut back = vec![0u8; len];
-        t.get(1, &mut back, d, off as u64).unwrap();
+        t.get(1, &mut back, d, off as u64, 0).unwrap();
         assert!(back == data, "get after put {i} ({off}, {len}) differs");
     }
     let mut all = vec![0u8; BIG];
-    t.get(1, &mut all, d, 0).unwrap();
+    t.get(1, &mut all, d, 0, 0).unwrap();
     assert!(all == mirror, "8 MiB get differs from what was put");
 
     // out of bounds: refused before anything moves
     for (off, len) in [(BIG as u64 - 10, 11), (BIG as u64, 1), (u64::MAX, 2)] {
-        let r = t.put(1, &vec![0xee; len], d, off);
+        let r = t.put(1, &vec![0xee; len], d, off, 0);
         assert!(
             matches!(r, Err(TransportError::OutOfBounds { .. })),
             "put {off}+{len}: {r:?}"
         );
-        let r = t.get(1, &mut vec![0; len], d, off);
+        let r = t.get(1, &mut vec![0; len], d, off, 0);
         assert!(
             matches!(r, Err(TransportError::OutOfBounds { .. })),
             "get {off}+{len}: {r:?}"
         );
     }
-    t.put(1, &[], d, BIG as u64).unwrap();
+    t.put(1, &[], d, BIG as u64, 0).unwrap();
     let mut h = vec![b'C'];
     h.extend_from_slice(&checksum(&mirror).to_le_bytes());
     send_blocking(t, 1, &h, &[]);
@@ -131,7 +131,7 @@ fn origin(env: &RankEnv, t: &mut OfiTransport, stale: bool) {
     assert_ne!(d2.key, d.key, "a new registration reused the stale key");
     let mut data = vec![0u8; 4096];
     pattern(&mut data, 999);
-    t.put(1, &data, d2, 0).unwrap();
+    t.put(1, &data, d2, 0, 0).unwrap();
     send_blocking(t, 1, b"F", &[]);
     // rank 1 unexposed `d2` too and refilled its memory
     expect(t, 1, b'U');
@@ -140,7 +140,7 @@ fn origin(env: &RankEnv, t: &mut OfiTransport, stale: bool) {
         // The old descriptors must fail here. (tcp: the target refuses the key and
         // closes the connection; with FI_DELIVERY_COMPLETE the write sees that.)
         for (desc, len) in [(d, 4096usize), (d, MIB), (d2, 100)] {
-            let r = t.put(1, &vec![0xab; len], desc, 0);
+            let r = t.put(1, &vec![0xab; len], desc, 0, 0);
             eprintln!("rank 0: put of {len} bytes with a stale key: {r:?}");
             assert!(
                 matches!(
@@ -149,7 +149,7 @@ fn origin(env: &RankEnv, t: &mut OfiTransport, stale: bool) {
                 ),
                 "put with a stale key: {r:?}"
             );
-            let r = t.get(1, &mut vec![0; len], desc, 0);
+            let r = t.get(1, &mut vec![0; len], desc, 0, 0);
             assert!(
                 matches!(
                     r,

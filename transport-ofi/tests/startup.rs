@@ -108,11 +108,11 @@ fn single_rank_checks() {
             key: 1,
         };
         assert!(matches!(
-            t.put(3, b"x", d, 0),
+            t.put(3, b"x", d, 0, 0),
             Err(TransportError::NoSuchRank(3))
         ));
         assert!(matches!(
-            t.get(3, &mut [0], d, 0),
+            t.get(3, &mut [0], d, 0, 0),
             Err(TransportError::NoSuchRank(3))
         ));
         // the largest message and an empty one, to itself

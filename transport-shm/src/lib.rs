@@ -16,7 +16,7 @@
 //! // One-sided: expose a buffer, advertise the descriptor, let a peer put into it.
 //! let mut buf = vec![0u8; 1 << 20];
 //! let desc = t.expose(buf.as_mut_ptr() as usize, buf.len())?;
-//! t.put(me, b"written by CMA", desc, 0)?;
+//! t.put(me, b"written by CMA", desc, 0, 0)?;
 //! assert_eq!(&buf[..14], b"written by CMA");
 //! # Ok(()) }
 //! ```
@@ -114,7 +114,7 @@ use std::ptr::NonNull;
 
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{Mode, OFlags};
-use transport::{check_bounds, Caps, Exchange, Rank, RemoteBuf, Transport, TransportError};
+use transport::{check_bounds, Caps, Exchange, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 use ring::{segment_len, Consumer, Producer, SegmentView};
 pub use ring::{CTRL_SLOTS, MAX_CTRL, RING_BYTES};
@@ -454,6 +454,9 @@ impl Transport for ShmTransport {
             put: self.cma,
             get: self.cma,
             registers: false,
+            // a small payload is cheaper in the ring than in a system call
+            put_inline: 0,
+            put_bounce: 0,
         }
     }
 
@@ -525,14 +528,16 @@ impl Transport for ShmTransport {
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
+        _token: u64,
+    ) -> Result<Posted, TransportError> {
         let pid = self.pid_of(peer)?;
         check_bounds(&dst, offset, src.len() as u64)?;
         if !self.cma {
             return Err(TransportError::Unsupported("put"));
         }
         let addr = remote_addr(&dst, offset)?;
-        cma::write(pid, src, addr).map_err(|e| self.cma_error(peer, "process_vm_writev", e))
+        cma::write(pid, src, addr).map_err(|e| self.cma_error(peer, "process_vm_writev", e))?;
+        Ok(Posted::Done)
     }
 
     fn get(
@@ -541,13 +546,15 @@ impl Transport for ShmTransport {
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
+        _token: u64,
+    ) -> Result<Posted, TransportError> {
         let pid = self.pid_of(peer)?;
         check_bounds(&src, offset, dst.len() as u64)?;
         if !self.cma {
             return Err(TransportError::Unsupported("get"));
         }
         let addr = remote_addr(&src, offset)?;
-        cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))
+        cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))?;
+        Ok(Posted::Done)
     }
 }

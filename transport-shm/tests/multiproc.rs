@@ -171,13 +171,13 @@ fn cma_put_get_1mib_and_bounds() {
             assert_eq!(d.len, LEN as u64);
             // get: the whole buffer, and a piece at an odd offset.
             let mut got = vec![0u8; LEN];
-            t.get(1, &mut got, d, 0).unwrap();
+            t.get(1, &mut got, d, 0, 0).unwrap();
             assert!(
                 got.iter().enumerate().all(|(i, &b)| b == old(i)),
                 "get data wrong"
             );
             let mut piece = vec![0u8; 1000];
-            t.get(1, &mut piece, d, 12_345).unwrap();
+            t.get(1, &mut piece, d, 12_345, 0).unwrap();
             assert!(piece.iter().enumerate().all(|(i, &b)| b == old(i + 12_345)));
             // Out of bounds, both directions: rejected, nothing moved.
             let oob = [
@@ -188,13 +188,13 @@ fn cma_put_get_1mib_and_bounds() {
             ];
             for (off, len) in oob {
                 let big = vec![0x55u8; len];
-                let e = t.put(1, &big, d, off).unwrap_err();
+                let e = t.put(1, &big, d, off, 0).unwrap_err();
                 assert!(
                     matches!(e, TransportError::OutOfBounds { .. }),
                     "put {off}+{len}: {e:?}"
                 );
                 let mut sink = vec![0x77u8; len];
-                let e = t.get(1, &mut sink, d, off).unwrap_err();
+                let e = t.get(1, &mut sink, d, off, 0).unwrap_err();
                 assert!(
                     matches!(e, TransportError::OutOfBounds { .. }),
                     "get {off}+{len}: {e:?}"
@@ -203,10 +203,10 @@ fn cma_put_get_1mib_and_bounds() {
             }
             // put: the whole buffer in two pieces (one at an unaligned offset).
             let data: Vec<u8> = (0..LEN).map(new).collect();
-            t.put(1, &data[..333_333], d, 0).unwrap();
-            t.put(1, &data[333_333..], d, 333_333).unwrap();
-            t.put(1, &[], d, LEN as u64).unwrap();
-            t.get(1, &mut got, d, 0).unwrap();
+            t.put(1, &data[..333_333], d, 0, 0).unwrap();
+            t.put(1, &data[333_333..], d, 333_333, 0).unwrap();
+            t.put(1, &[], d, LEN as u64, 0).unwrap();
+            t.get(1, &mut got, d, 0, 0).unwrap();
             assert!(got == data, "read-back after put differs");
             // The put is visible before this message is delivered.
             t.try_send(1, b"done", &[]).unwrap();
@@ -321,7 +321,7 @@ fn crash_body(env: &RankEnv) {
     // One-sided access to the dead peer reports it (the parent reaps it quickly).
     let end = Instant::now() + Duration::from_secs(30);
     loop {
-        match t.put(1, &[1, 2, 3], d, 0) {
+        match t.put(1, &[1, 2, 3], d, 0, 0) {
             Err(TransportError::PeerGone(1, _)) => break,
             other => assert!(Instant::now() < end, "put to a dead peer: {other:?}"),
         }
@@ -329,7 +329,7 @@ fn crash_body(env: &RankEnv) {
     }
     let mut b = [0u8; 3];
     assert!(matches!(
-        t.get(1, &mut b, d, 0),
+        t.get(1, &mut b, d, 0, 0),
         Err(TransportError::PeerGone(1, _))
     ));
     mark_ran(env);

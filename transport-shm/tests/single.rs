@@ -107,11 +107,11 @@ fn bad_sends_are_rejected() {
         key: 0,
     };
     assert!(matches!(
-        t.put(1, &b, d, 0),
+        t.put(1, &b, d, 0, 0),
         Err(TransportError::NoSuchRank(1))
     ));
     assert!(matches!(
-        t.get(1, &mut b, d, 0),
+        t.get(1, &mut b, d, 0, 0),
         Err(TransportError::NoSuchRank(1))
     ));
     drop(t);
@@ -134,11 +134,11 @@ fn self_put_get() {
     let data: Vec<u8> = (0..(1 << 20) - 16)
         .map(|i: usize| (i % 251) as u8)
         .collect();
-    t.put(0, &data, d, 0).unwrap();
+    t.put(0, &data, d, 0, 0).unwrap();
     let mut back = vec![0u8; 100];
-    t.get(0, &mut back, d, 1000).unwrap();
+    t.get(0, &mut back, d, 1000, 0).unwrap();
     assert_eq!(back, data[1000..1100]);
-    let e = t.put(0, &[9; 17], d, d.len - 16).unwrap_err();
+    let e = t.put(0, &[9; 17], d, d.len - 16, 0).unwrap_err();
     assert!(
         matches!(e, TransportError::OutOfBounds { offset, len: 17, limit } if offset == d.len - 16 && limit == d.len)
     );
@@ -155,7 +155,7 @@ fn self_put_get() {
         key: 0,
     };
     assert!(matches!(
-        t.put(0, &[1; 8], bad, 0),
+        t.put(0, &[1; 8], bad, 0, 0),
         Err(TransportError::Os { .. })
     ));
     drop(t);

@@ -8,19 +8,22 @@
 //!   [`Transport::poll`]): small messages (a header plus an optional inline payload),
 //!   delivered exactly once and in order per (sender, receiver) pair;
 //! * **one-sided put and get** ([`Transport::put`] / [`Transport::get`]) into and out
-//!   of memory that the peer exposed with [`Transport::expose`];
+//!   of memory that the peer exposed with [`Transport::expose`]; they return once
+//!   *posted* and, where the transport cannot finish them at once (RDMA), report their
+//!   completion later through [`Transport::poll_done`], so many can be in flight;
 //! * **capabilities** ([`Caps`]) so that the protocol layer picks a path by size and
 //!   capability, never by transport name.
 //!
 //! The one ordering rule that ties them together: data written by `put` to a peer is
 //! visible in the peer's memory before any control message sent to that peer *after*
-//! the `put` returned is delivered. This is what lets a sender write a payload straight
+//! the `put` returned (was posted) is delivered, even while the put itself has not yet
+//! reported its completion. This is what lets a sender write a payload straight
 //! into a receive buffer and then announce it on the control channel (an RDMA WRITE
 //! followed by a SEND on the same RC queue pair; `process_vm_writev` followed by a ring
 //! entry on shared memory).
 //!
 //! ```
-//! use transport::{Caps, Rank, RemoteBuf, Transport, TransportError};
+//! use transport::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
 //!
 //! /// A one-rank transport: everything sent to self comes back from `poll`.
 //! struct Loopback(std::collections::VecDeque<Vec<u8>>);
@@ -28,7 +31,7 @@
 //! impl Transport for Loopback {
 //!     fn rank(&self) -> Rank { 0 }
 //!     fn size(&self) -> u32 { 1 }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false, put_inline: 0, put_bounce: 0 } }
 //!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
 //!         self.0.push_back([header, payload].concat());
 //!         Ok(())
@@ -45,8 +48,8 @@
 //!     fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
 //!         Ok(RemoteBuf { addr: addr as u64, len: len as u64, key: 0 })
 //!     }
-//!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("put")) }
-//!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Err(TransportError::Unsupported("get")) }
+//!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64, _: u64) -> Result<Posted, TransportError> { Err(TransportError::Unsupported("put")) }
+//!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64, _: u64) -> Result<Posted, TransportError> { Err(TransportError::Unsupported("get")) }
 //! }
 //!
 //! let mut t = Loopback(Default::default());
@@ -100,6 +103,29 @@ pub struct Caps {
     /// the descriptor is `{ addr, len, key: 0 }`, which callers may build themselves
     /// without calling `expose` — and `unexpose` does nothing.
     pub registers: bool,
+    /// Capability tier 1: a `put` of up to this many bytes travels inside its work
+    /// request (RDMA inline data): no registration, no copy the caller waits for, and
+    /// the cheapest way to move a few bytes one-sidedly. 0 = no such tier. The protocol
+    /// sends small direct writes one-sidedly only where this is set; elsewhere (shared
+    /// memory) a small payload rides in the control message, which is faster there.
+    pub put_inline: usize,
+    /// Capability tier 2: a `put` of up to this many bytes is copied into memory the
+    /// transport registered beforehand (a bounce buffer) and is finished for the caller
+    /// when `put` returns. Above it (tier 3) the transport works from the caller's
+    /// buffer itself (zero copy, registered on the fly) and may report the completion
+    /// later. 0 = no bounce tier.
+    pub put_bounce: usize,
+}
+
+/// How a one-sided operation stands when [`Transport::put`] or [`Transport::get`]
+/// returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// Finished: the local buffer may be reused (and, for `get`, read).
+    Done,
+    /// Posted: the transport still uses the local buffer, which the caller keeps alive
+    /// and untouched until [`Transport::poll_done`] reports the operation's token.
+    Pending,
 }
 
 /// Errors a transport reports.
@@ -127,6 +153,10 @@ pub enum TransportError {
     /// The operation is not offered by this transport.
     #[error("operation {0} is not supported by this transport")]
     Unsupported(&'static str),
+    /// The transport cannot run on this machine (no device, no library); the text says
+    /// why. Callers may fall back to another transport.
+    #[error("{0}")]
+    Unavailable(String),
     /// The start-up exchange (launcher / PMI) failed.
     #[error("start-up exchange failed: {0}")]
     Exchange(String),
@@ -141,9 +171,10 @@ pub enum TransportError {
 
 /// The interface every transport (shm, verbs, ofi) implements.
 ///
-/// All calls are non-blocking except `put`/`get`, which return once the data has been
-/// moved (the local buffer may be reused and, for `get`, read). A transport makes
-/// progress only inside its own calls: there are no hidden threads.
+/// All calls are non-blocking. `put`/`get` return once the operation is posted, saying
+/// whether it is already finished ([`Posted::Done`]) or will be reported later by
+/// [`Transport::poll_done`] ([`Posted::Pending`]). A transport makes progress only
+/// inside its own calls: there are no hidden threads moving data.
 pub trait Transport {
     /// This process's rank.
     fn rank(&self) -> Rank;
@@ -179,25 +210,43 @@ pub trait Transport {
     }
 
     /// Writes `src` into `dst` at byte `offset` of the peer's exposed buffer. The write
-    /// is visible at the peer before any control message sent after this call returns.
-    /// `dst` must be a descriptor the peer produced with [`Transport::expose`] and
-    /// advertised (the protocol layer guarantees this); transports check the bounds.
+    /// is visible at the peer before any control message sent after this call returns
+    /// (also while it is still [`Posted::Pending`]). `dst` must be a descriptor the peer
+    /// produced with [`Transport::expose`] and advertised (the protocol layer guarantees
+    /// this); transports check the bounds. On [`Posted::Pending`] the caller keeps `src`
+    /// alive and unchanged until `poll_done` reports `token`.
     fn put(
         &mut self,
         peer: Rank,
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError>;
+        token: u64,
+    ) -> Result<Posted, TransportError>;
 
     /// Reads `dst.len()` bytes from byte `offset` of the peer's exposed buffer `src`.
+    /// On [`Posted::Pending`] the caller keeps `dst` alive and does not read it until
+    /// `poll_done` reports `token`.
     fn get(
         &mut self,
         peer: Rank,
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError>;
+        token: u64,
+    ) -> Result<Posted, TransportError>;
+
+    /// Reports one-sided operations that returned [`Posted::Pending`] and have since
+    /// finished, as `(token, outcome)`; an error names the peer (for example
+    /// [`TransportError::AccessDenied`] for a write with a revoked key). Returns how
+    /// many. Transports whose operations always finish at once keep the default.
+    fn poll_done(
+        &mut self,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> Result<usize, TransportError> {
+        let _ = f;
+        Ok(0)
+    }
 }
 
 /// The start-up key-value exchange a transport uses to find its peers (the launcher's

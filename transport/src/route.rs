@@ -4,14 +4,14 @@
 //!
 //! ```
 //! use transport::route::Routed;
-//! use transport::{Caps, Rank, RemoteBuf, Transport, TransportError};
+//! use transport::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
 //!
 //! /// A transport that only reaches `peers` and records what it was asked to send.
 //! struct Part { me: Rank, size: u32, peers: Vec<Rank>, sent: Vec<Rank> }
 //! impl Transport for Part {
 //!     fn rank(&self) -> Rank { self.me }
 //!     fn size(&self) -> u32 { self.size }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false, put_inline: 0, put_bounce: 0 } }
 //!     fn try_send(&mut self, peer: Rank, _: &[u8], _: &[u8]) -> Result<(), TransportError> {
 //!         assert!(self.peers.contains(&peer));
 //!         self.sent.push(peer);
@@ -21,8 +21,8 @@
 //!     fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
 //!         Ok(RemoteBuf { addr: addr as u64, len: len as u64, key: 0 })
 //!     }
-//!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Ok(()) }
-//!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64) -> Result<(), TransportError> { Ok(()) }
+//!     fn put(&mut self, _: Rank, _: &[u8], _: RemoteBuf, _: u64, _: u64) -> Result<Posted, TransportError> { Ok(Posted::Done) }
+//!     fn get(&mut self, _: Rank, _: &mut [u8], _: RemoteBuf, _: u64, _: u64) -> Result<Posted, TransportError> { Ok(Posted::Done) }
 //! }
 //!
 //! // rank 1 of 4: ranks 0 and 1 share its node, 2 and 3 are elsewhere
@@ -35,7 +35,7 @@
 //! assert_eq!(t.route(3), Some(1));
 //! ```
 
-use crate::{Caps, Rank, RemoteBuf, Transport, TransportError};
+use crate::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 /// Routes every peer to one of several transports. Each part is a whole transport of
 /// the job (same rank and size) that reaches at least the peers routed to it; the
@@ -118,6 +118,9 @@ fn combine(mut caps: impl Iterator<Item = Caps>) -> Caps {
         put: a.put && b.put,
         get: a.get && b.get,
         registers: a.registers || b.registers,
+        // tiers are per part; the protocol's one setting must suit every part
+        put_inline: a.put_inline.min(b.put_inline),
+        put_bounce: a.put_bounce.min(b.put_bounce),
     })
 }
 
@@ -177,8 +180,9 @@ impl Transport for Routed {
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.part(peer)?.put(peer, src, dst, offset)
+        token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.part(peer)?.put(peer, src, dst, offset, token)
     }
 
     fn get(
@@ -187,8 +191,20 @@ impl Transport for Routed {
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.part(peer)?.get(peer, dst, src, offset)
+        token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.part(peer)?.get(peer, dst, src, offset, token)
+    }
+
+    fn poll_done(
+        &mut self,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> Result<usize, TransportError> {
+        let mut n = 0;
+        for p in &mut self.parts {
+            n += p.poll_done(f)?;
+        }
+        Ok(n)
     }
 }
 
@@ -259,11 +275,12 @@ mod tests {
             _: &[u8],
             _: RemoteBuf,
             _: u64,
-        ) -> Result<(), TransportError> {
+            _: u64,
+        ) -> Result<Posted, TransportError> {
             self.log
                 .borrow_mut()
                 .push(format!("{} put {peer}", self.name));
-            Ok(())
+            Ok(Posted::Done)
         }
         fn get(
             &mut self,
@@ -271,11 +288,12 @@ mod tests {
             _: &mut [u8],
             _: RemoteBuf,
             _: u64,
-        ) -> Result<(), TransportError> {
+            _: u64,
+        ) -> Result<Posted, TransportError> {
             self.log
                 .borrow_mut()
                 .push(format!("{} get {peer}", self.name));
-            Ok(())
+            Ok(Posted::Done)
         }
     }
 
@@ -287,6 +305,8 @@ mod tests {
             put: true,
             get: true,
             registers,
+            put_inline: 0,
+            put_bounce: 0,
         }
     }
 
@@ -317,7 +337,9 @@ mod tests {
                 ring_bytes: 0,
                 put: true,
                 get: true,
-                registers: true
+                registers: true,
+                put_inline: 0,
+                put_bounce: 0,
             }
         );
         for peer in [0, 1, 2, 2] {
@@ -335,9 +357,9 @@ mod tests {
         );
         let b = t.expose(4096, 10).unwrap();
         assert_eq!(b.key, 7);
-        t.put(1, b"x", b, 0).unwrap();
-        t.put(2, b"x", b, 0).unwrap();
-        t.get(2, &mut [0], b, 0).unwrap();
+        t.put(1, b"x", b, 0, 1).unwrap();
+        t.put(2, b"x", b, 0, 2).unwrap();
+        t.get(2, &mut [0], b, 0, 3).unwrap();
         t.unexpose(b);
         assert_eq!(
             *log.borrow(),

@@ -4,6 +4,9 @@
 //!
 //! ```text
 //! conformance [FILTER]            run the suite (cases whose name contains FILTER)
+//! conformance --transport T [FILTER]
+//!                                 the same with every job on transport T (verbs, ofi,
+//!                                 shm; as CONFORMANCE_TRANSPORT=T)
 //! conformance --list              list the cases
 //! conformance rank NAME           (internal) one rank of case NAME, under the launcher
 //! conformance launch N SECS NAME  (internal) launch case NAME on N ranks, like rsmpirun
@@ -14,7 +17,16 @@ use conformance::{Ctx, Matching, TRANSPORTS};
 use std::time::Instant;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--transport") {
+        let Some(t) = args.get(1).cloned() else {
+            eprintln!("conformance: --transport needs a value (verbs, ofi, shm)");
+            std::process::exit(2);
+        };
+        // set before any thread exists; the jobs and their launchers inherit it
+        std::env::set_var("CONFORMANCE_TRANSPORT", t);
+        args.drain(..2);
+    }
     let exe = std::env::current_exe().expect("current_exe");
     match args.first().map(String::as_str) {
         Some("rank") => {
@@ -32,19 +44,21 @@ fn main() {
             }
         }
         Some("-h" | "--help") => {
-            println!("usage: conformance [FILTER] | --list");
+            println!("usage: conformance [--transport T] [FILTER] | --list");
         }
         filter => {
             // placed on hosts (CONFORMANCE_HOSTS) or on another transport
             // (CONFORMANCE_TRANSPORT), the job cases run there; the host cases (faults,
-            // security, soak) inspect this node's shared memory and run without them
+            // security, soak) inspect this node's shared memory and run without them,
+            // except the soak and the rank-failure cases, which follow the transport
             let placed = conformance::hosts::from_env().is_some()
-                || std::env::var_os("CONFORMANCE_TRANSPORT").is_some()
                 || std::env::var_os("CONFORMANCE_LAUNCHER").is_some();
+            let other_transport = std::env::var_os("CONFORMANCE_TRANSPORT").is_some();
             let cases: Vec<_> = conformance::all()
                 .into_iter()
                 .filter(|c| c.is_test() && filter.is_none_or(|f| c.name.contains(f)))
                 .filter(|c| !placed || matches!(c.kind, conformance::Kind::Job { .. }))
+                .filter(|c| !other_transport || c.follows_transport())
                 .collect();
             let t0 = Instant::now();
             let (mut passed, mut failed) = (0, 0);

@@ -2,11 +2,20 @@
 //!
 //! A *program* gives every rank a list of non-blocking operations (post a receive,
 //! start a send, cancel an earlier one). A *world* is the engines of all ranks, the
-//! FIFO channels between them, the receive buffers, and the one-sided reads in flight.
-//! A step is one of: a rank performs its next operation; a rank processes the head of
-//! one incoming channel; a pending read completes. Every reachable world is explored
-//! breadth-first; the engines' own outputs are carried out exactly as a driver would
-//! (writes land in the receive buffers, reads copy the sender's bytes).
+//! FIFO channels between them, the receive buffers, and the one-sided reads and
+//! writes in flight. A step is one of: a rank performs its next operation; a rank
+//! processes the head of one incoming channel; a pending read completes; the oldest
+//! one-sided write in flight on a channel lands in its receive buffer ("land"); a
+//! landed write's completion reaches its sender (`Engine::put_done`, "complete").
+//! Every reachable world is explored breadth-first; the engines' own outputs are
+//! carried out exactly as a driver would (writes are posted and land later, reads copy
+//! the sender's bytes).
+//!
+//! The transport modelled: writes on one channel (sender -> receiver) land in the
+//! order they were posted; a control message on a channel is processed only once
+//! every write posted on that channel before the message was queued has landed;
+//! writes may overtake earlier control messages; completions reach the sender in any
+//! order and arbitrarily late.
 //!
 //! Properties checked (DESIGN.md §4, `shared/tools/protocol-model/README.md`):
 //! * P1 exactly once: no receive completes twice, no message is received twice, a
@@ -15,16 +24,21 @@
 //!   the sender's.
 //! * P2 / P3: MPI's non-overtaking rules, at each match and on the final pairing.
 //! * P4: the final pairing is one that pure receiver-side matching produces.
-//! * P5: a direct write lands only in a receive that is still pending.
+//! * P5: a direct write lands only in a receive that is still pending (checked when
+//!   it lands).
+//! * PUT: no send completes (`SendDone` or `BufferFree`) before its one-sided write
+//!   has completed, and `put_done` accepts every completed write.
 //! * Liveness: when every outcome of pure receiver-side matching completes every
-//!   receive and message, so does every outcome of the protocol.
+//!   receive and message, so does every outcome of the protocol; at the end every
+//!   one-sided write has landed and completed, and every send whose message was
+//!   received has completed.
 //! * Synchronous sends complete only after their message matched.
 //! * No engine reports a protocol error.
 
 #![allow(dead_code)]
 
 use matching::*;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 
 pub const CAP: u64 = 8;
@@ -199,10 +213,31 @@ struct PendingGet {
     into: GetInto,
 }
 
+/// A one-sided write posted (`Output::Put`) and not landed yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct InFlight {
+    /// Its channel (indexed like `World::chan`).
+    c: u8,
+    /// The send whose payload it carries.
+    g: u8,
+    dst: RemoteBuf,
+    len: u64,
+    /// Control messages queued on the channel before the write was posted and not
+    /// processed yet: the message at this position (and every later one) waits for
+    /// the write to land.
+    ahead: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct World {
     eng: Vec<Engine>,
     chan: Vec<VecDeque<Vec<u8>>>,
+    /// Writes in flight, by channel, each channel's oldest first (one list for all
+    /// channels: empty, as it mostly is, it costs no allocation when the world is
+    /// cloned; sorted, so that equal worlds are equal).
+    writes: Vec<InFlight>,
+    /// Sends whose write landed but whose completion has not reached the sender.
+    landed: u32,
     pc: Vec<u8>,
     rid: Vec<Option<RecvId>>,
     sid: Vec<Option<SendId>>,
@@ -219,6 +254,10 @@ enum Act {
     Op(Rank),
     Deliver(Rank, Rank),
     Get(usize),
+    /// The oldest write in flight on this channel lands.
+    Land(usize),
+    /// The completion of send `g`'s landed write reaches its sender.
+    Complete(usize),
 }
 
 type Viol = (&'static str, String);
@@ -228,11 +267,38 @@ struct Step<'a> {
     w: World,
     viol: Vec<Viol>,
     log: Option<Vec<String>>,
+    /// Scenarios of interest this step reached (see `Report::cover`).
+    cover: Vec<&'static str>,
 }
 
 impl Step<'_> {
+    fn new(p: &Program, w: World, log: bool) -> Step<'_> {
+        Step {
+            p,
+            w,
+            viol: vec![],
+            log: log.then(Vec::new),
+            cover: vec![],
+        }
+    }
+
     fn v(&mut self, prop: &'static str, text: String) {
         self.viol.push((prop, text));
+    }
+
+    /// Whether send `g`'s one-sided write is posted and not yet reported complete.
+    fn put_pending(&self, g: usize) -> bool {
+        self.w.landed >> g & 1 == 1 || self.w.writes.iter().any(|x| x.g as usize == g)
+    }
+
+    /// A send reported completion: its write, if it made one, must have completed.
+    fn check_put_completed(&mut self, g: usize, what: &str) {
+        if self.put_pending(g) {
+            self.v(
+                "PUT",
+                format!("send#{g} reported {what} before its one-sided write completed"),
+            );
+        }
     }
 
     fn recv_idx(&self, rank: Rank, id: RecvId) -> usize {
@@ -286,26 +352,26 @@ impl Step<'_> {
                     self.carry(rank, to, header.as_bytes(), payload);
                 }
                 Output::Put { to, send, dst, len } => {
+                    // posted: it lands in a later step, before any control message
+                    // queued on this channel from now on is processed
                     let g = self.send_idx(rank, send);
-                    let r = ((dst.addr - RECV_BASE) / STRIDE) as usize;
-                    if self.p.recvs[r].0 != to || self.w.rres[r] != RRes::Pending {
-                        self.v(
-                            "P5",
-                            format!(
-                                "direct write of send#{g} into recv#{r}, which is {:?}",
-                                self.w.rres[r]
-                            ),
-                        );
-                    } else if len > dst.len {
-                        self.v(
-                            "P5",
-                            format!("direct write of {len} bytes into a {}-byte buffer", dst.len),
-                        );
-                    } else {
-                        let data = self.p.payload(g);
-                        self.w.buf[r][..len as usize].copy_from_slice(&data[..len as usize]);
-                        self.w.matched |= 1 << g;
+                    if self.put_pending(g) {
+                        self.v("PUT", format!("send#{g} written twice"));
                     }
+                    let c = rank as usize * self.p.n() + to as usize;
+                    let ahead = self.w.chan[c].len() as u32;
+                    let at = self.w.writes.partition_point(|x| x.c as usize <= c);
+                    self.w.writes.insert(
+                        at,
+                        InFlight {
+                            c: c as u8,
+                            g: g as u8,
+                            dst,
+                            len,
+                            ahead,
+                        },
+                    );
+                    self.w.matched |= 1 << g;
                 }
                 Output::Get {
                     xfer,
@@ -352,6 +418,7 @@ impl Step<'_> {
                 }
                 Output::SendDone { send, outcome } => {
                     let g = self.send_idx(rank, send);
+                    self.check_put_completed(g, "completion");
                     if self.w.sres[g] != SRes::Pending {
                         self.v("P1", format!("send#{g} completed twice"));
                     }
@@ -379,7 +446,10 @@ impl Step<'_> {
                         );
                     }
                 }
-                Output::BufferFree { .. } => {}
+                Output::BufferFree { send } => {
+                    let g = self.send_idx(rank, send);
+                    self.check_put_completed(g, "its buffer free");
+                }
             }
         }
     }
@@ -574,9 +644,18 @@ impl Step<'_> {
                 self.drain(rank);
             }
             Act::Deliver(from, to) => {
-                let Some(bytes) = self.w.chan[from as usize * n + to as usize].pop_front() else {
+                let c = from as usize * n + to as usize;
+                if !deliverable(&self.w, c) {
+                    return false;
+                }
+                let Some(bytes) = self.w.chan[c].pop_front() else {
                     return false;
                 };
+                // every write of the channel is behind the head (the oldest is, and
+                // later ones were posted after it)
+                for x in self.w.writes.iter_mut().filter(|x| x.c as usize == c) {
+                    x.ahead = x.ahead.checked_sub(1).expect("write behind the head");
+                }
                 let res = self.w.eng[to as usize].handle(from, &bytes);
                 if let Some(l) = &mut self.log {
                     l.push(format!(
@@ -628,9 +707,99 @@ impl Step<'_> {
                     .expect("known transfer");
                 self.drain(g.rank);
             }
+            Act::Land(c) => {
+                let Some(ix) = self.w.writes.iter().position(|x| x.c as usize == c) else {
+                    return false;
+                };
+                let x = self.w.writes.remove(ix);
+                let (from, to) = ((c / n) as Rank, (c % n) as Rank);
+                let g = x.g as usize;
+                let r = ((x.dst.addr - RECV_BASE) / STRIDE) as usize;
+                if let Some(l) = &mut self.log {
+                    l.push(format!(
+                        "the write of send#{g} (rank {from}) lands in recv#{r} (rank {to})"
+                    ));
+                }
+                self.w.landed |= 1 << g;
+                if r >= self.p.recvs.len()
+                    || self.p.recvs[r].0 != to
+                    || self.w.rres[r] != RRes::Pending
+                {
+                    self.v(
+                        "P5",
+                        format!(
+                            "direct write of send#{g} lands in recv#{r}, which is {:?}",
+                            self.w.rres.get(r)
+                        ),
+                    );
+                } else if x.len > x.dst.len {
+                    self.v(
+                        "P5",
+                        format!(
+                            "direct write of {} bytes into a {}-byte buffer",
+                            x.len, x.dst.len
+                        ),
+                    );
+                } else {
+                    let data = self.p.payload(g);
+                    self.w.buf[r][..x.len as usize].copy_from_slice(&data[..x.len as usize]);
+                    let k = self.p.local_recv[to as usize]
+                        .iter()
+                        .position(|&x| x == r)
+                        .expect("receive of this rank");
+                    let pc = self.w.pc[to as usize] as usize;
+                    if self.p.ranks[to as usize][..pc].contains(&Op::CancelRecv(k)) {
+                        self.cover.push("write lands in a receive being cancelled");
+                    }
+                }
+            }
+            Act::Complete(g) => {
+                if self.w.landed >> g & 1 == 0 {
+                    return false;
+                }
+                self.w.landed &= !(1 << g);
+                let from = self.p.sends[g].0;
+                let to = self.p.sends[g].1 as usize;
+                if let Some(l) = &mut self.log {
+                    l.push(format!(
+                        "rank {from} learns that the write of send#{g} completed"
+                    ));
+                }
+                if self.w.rres.contains(&RRes::Got(g as u8)) {
+                    self.cover
+                        .push("write completes after its receive completed");
+                    let done = self.w.pc[to] as usize == self.p.ranks[to].len()
+                        && self.p.local_recv[to]
+                            .iter()
+                            .all(|&r| matches!(self.w.rres[r], RRes::Got(_) | RRes::Cancelled));
+                    if done {
+                        self.cover
+                            .push("write completes after its receiver completed everything");
+                    }
+                }
+                let id = self.w.sid[g].expect("a send that wrote");
+                if let Err(e) = self.w.eng[from as usize].put_done(id) {
+                    self.v(
+                        "PUT",
+                        format!("rank {from}: put_done(send#{g}) failed: {e}"),
+                    );
+                }
+                self.drain(from);
+            }
         }
         true
     }
+}
+
+/// Whether the head of channel `c` may be processed: every write posted on the
+/// channel before it was queued has landed (writes land in order, so the oldest
+/// decides).
+fn deliverable(w: &World, c: usize) -> bool {
+    !w.chan[c].is_empty()
+        && w.writes
+            .iter()
+            .find(|x| x.c as usize == c)
+            .is_none_or(|x| x.ahead > 0)
 }
 
 trait MatchExt {
@@ -655,6 +824,8 @@ fn initial(p: &Program) -> World {
     World {
         eng: (0..n).map(|r| Engine::new(r, n, p.cfg)).collect(),
         chan: vec![VecDeque::new(); (n * n) as usize],
+        writes: vec![],
+        landed: 0,
         pc: vec![0; n as usize],
         rid: vec![None; p.recvs.len()],
         sid: vec![None; p.sends.len()],
@@ -674,13 +845,23 @@ fn actions(p: &Program, w: &World) -> Vec<Act> {
             a.push(Act::Op(r as Rank));
         }
         for f in 0..n {
-            if !w.chan[f * n + r].is_empty() {
+            if deliverable(w, f * n + r) {
                 a.push(Act::Deliver(f as Rank, r as Rank));
             }
         }
     }
     for i in 0..w.gets.len() {
         a.push(Act::Get(i));
+    }
+    for c in 0..n * n {
+        if w.writes.iter().any(|x| x.c as usize == c) {
+            a.push(Act::Land(c));
+        }
+    }
+    for g in 0..p.sends.len() {
+        if w.landed >> g & 1 == 1 {
+            a.push(Act::Complete(g));
+        }
     }
     a
 }
@@ -825,6 +1006,9 @@ pub struct Report {
     pub states: u64,
     /// property -> (failing programs, first example)
     pub failures: HashMap<&'static str, (u64, String)>,
+    /// Scenario -> how many explored steps reached it (to show that programs meant to
+    /// exercise a scenario do).
+    pub cover: BTreeMap<&'static str, u64>,
 }
 
 impl Report {
@@ -834,6 +1018,9 @@ impl Report {
         for (k, (n, ex)) in o.failures {
             let e = self.failures.entry(k).or_insert((0, ex));
             e.0 += n;
+        }
+        for (k, n) in o.cover {
+            *self.cover.entry(k).or_default() += n;
         }
     }
     pub fn summary(&self) -> String {
@@ -877,9 +1064,17 @@ impl Hasher for Fnv {
     }
 }
 
-/// Explores every interleaving of one program; returns (states, violations with a
-/// trace of the first one per property).
-pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
+/// What exploring one program found.
+pub struct Checked {
+    pub states: u64,
+    /// Violations, with a trace of the first one per property.
+    pub found: Vec<(&'static str, String)>,
+    /// Scenario -> explored steps that reached it.
+    pub cover: BTreeMap<&'static str, u64>,
+}
+
+/// Explores every interleaving of one program.
+pub fn check_program(p: &Program) -> Checked {
     let pure = pure_outcomes(p);
     let pure_complete = pure.iter().all(|o| complete(p, o));
     let init = initial(p);
@@ -889,6 +1084,7 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
     seen.insert(f0, None);
     q.push_back((f0, init));
     let mut found: Vec<(&'static str, String)> = vec![];
+    let mut cover: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut outs: BTreeSet<String> = BTreeSet::new();
     let record = |found: &mut Vec<(&'static str, String)>, prop: &'static str, text: String| {
         if !found.iter().any(|(p, _)| *p == prop) {
@@ -912,13 +1108,11 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
             continue;
         }
         for (ai, act) in acts.iter().enumerate() {
-            let mut st = Step {
-                p,
-                w: w.clone(),
-                viol: vec![],
-                log: None,
-            };
+            let mut st = Step::new(p, w.clone(), false);
             st.apply(*act);
+            for c in st.cover.drain(..) {
+                *cover.entry(c).or_default() += 1;
+            }
             if !st.viol.is_empty() {
                 let trace = replay_trace(p, &seen, fp, ai);
                 for (prop, text) in st.viol {
@@ -942,7 +1136,11 @@ pub fn check_program(p: &Program) -> (u64, Vec<(&'static str, String)>) {
             break;
         }
     }
-    (seen.len() as u64, found)
+    Checked {
+        states: seen.len() as u64,
+        found,
+        cover,
+    }
 }
 
 /// Rebuilds the shortest path to `w` and renders it with the failing step.
@@ -1012,6 +1210,24 @@ fn final_checks(
                     unexpected[r]
                 ),
             ));
+        }
+    }
+    // liveness of one-sided writes and of sends
+    for x in &w.writes {
+        v.push((
+            "LIVE",
+            format!("the write of send#{} never landed (channel {})", x.g, x.c),
+        ));
+    }
+    for (g, (r, sres)) in recv_of.iter().zip(&w.sres).enumerate() {
+        if w.landed >> g & 1 == 1 {
+            v.push((
+                "LIVE",
+                format!("the completion of send#{g}'s write never reached its sender"),
+            ));
+        }
+        if r.is_some() && matches!(sres, SRes::Pending | SRes::NotStarted) {
+            v.push(("LIVE", format!("send#{g} was received but never completed")));
         }
     }
     // liveness
@@ -1115,12 +1331,7 @@ pub fn random_walks(p: &Program, walks: u32, seed: u64) -> Option<String> {
                 break;
             }
             let ai = (next() % acts.len() as u64) as usize;
-            let mut st = Step {
-                p,
-                w,
-                viol: vec![],
-                log: None,
-            };
+            let mut st = Step::new(p, w, false);
             st.apply(acts[ai]);
             path.push(ai);
             if let Some((prop, text)) = st.viol.first() {
@@ -1142,12 +1353,7 @@ fn render_path(p: &Program, path: &[usize]) -> String {
     let mut lines = vec![];
     for (n, &ai) in path.iter().enumerate() {
         let act = actions(p, &w)[ai];
-        let mut st = Step {
-            p,
-            w,
-            viol: vec![],
-            log: Some(vec![]),
-        };
+        let mut st = Step::new(p, w, true);
         st.apply(act);
         lines.push(format!(
             "  {:3}. {}",
@@ -1166,12 +1372,19 @@ fn render_path(p: &Program, path: &[usize]) -> String {
 pub fn check_all(programs: impl Iterator<Item = Program>) -> Report {
     let mut rep = Report::default();
     for p in programs {
-        let (states, found) = check_program(&p);
+        let Checked {
+            states,
+            found,
+            cover,
+        } = check_program(&p);
         rep.programs += 1;
         rep.states += states;
         for (prop, text) in found {
             let e = rep.failures.entry(prop).or_insert((0, text));
             e.0 += 1;
+        }
+        for (c, n) in cover {
+            *rep.cover.entry(c).or_default() += n;
         }
     }
     rep

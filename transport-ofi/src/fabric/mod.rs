@@ -7,7 +7,7 @@ mod ffi;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 
-use transport::{check_bounds, Caps, Exchange, Rank, RemoteBuf, Transport, TransportError};
+use transport::{check_bounds, Caps, Exchange, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 use crate::{
     OfiConfig, CTRL_SLOTS, ENV_MR_LOCAL, ENV_NO_SAW, KEY_ADDR, KEY_MODE, KEY_PROV, MAX_CTRL,
@@ -634,6 +634,9 @@ impl Transport for OfiTransport {
             put: true,
             get: true,
             registers: true,
+            // operations finish before they return: no tiers to choose between
+            put_inline: 0,
+            put_bounce: 0,
         }
     }
 
@@ -749,8 +752,10 @@ impl Transport for OfiTransport {
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.one_sided(peer, Local::Src(src), dst, offset)
+        _token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.one_sided(peer, Local::Src(src), dst, offset)?;
+        Ok(Posted::Done)
     }
 
     fn get(
@@ -759,7 +764,9 @@ impl Transport for OfiTransport {
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-    ) -> Result<(), TransportError> {
-        self.one_sided(peer, Local::Dst(dst), src, offset)
+        _token: u64,
+    ) -> Result<Posted, TransportError> {
+        self.one_sided(peer, Local::Dst(dst), src, offset)?;
+        Ok(Posted::Done)
     }
 }
