@@ -200,6 +200,17 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
         table.entry(r.size).or_default().insert(column(r), r.value);
     }
     writeln!(out, "# rsmpi-bench {b}: {}", title(b))?;
+    // the transport rsmpi's ranks used (Universe::transport), so that a figure is
+    // never read as another transport's
+    let mut over: Vec<&str> = Vec::new();
+    for r in rs.iter().filter(|r| r.implementation == "rsmpi") {
+        if !over.contains(&r.transport.as_str()) {
+            over.push(&r.transport);
+        }
+    }
+    if !over.is_empty() {
+        writeln!(out, "# rsmpi over {}", over.join(", "))?;
+    }
     let w = |c: &str| c.len().max(12);
     let size_label = if b == "queue-depth" { "# N" } else { "# Size" };
     write!(out, "{size_label:<10}")?;
@@ -260,7 +271,8 @@ fn fmt_val(v: f64) -> String {
 fn print_table1(rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "# rsmpi-bench table1: MPI-EMX Table 1 on rsmpi, one-way 4-byte latency (us)"
+        "# rsmpi-bench table1: MPI-EMX Table 1 on rsmpi, one-way 4-byte latency (us), over {}",
+        rs.first().map_or("-", |r| r.transport.as_str())
     )?;
     writeln!(
         out,

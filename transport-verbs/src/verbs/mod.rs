@@ -516,6 +516,45 @@ impl VerbsTransport {
         }
     }
 
+    /// Posts a zero-copy WRITE from, or READ into, the caller's `addr .. addr + len`,
+    /// registered for the operation (or found in the cache) and released when it
+    /// completes; `poll_done` reports `token`.
+    ///
+    /// # Safety
+    /// The memory stays valid — unchanged for a WRITE, unread for a READ — until
+    /// `poll_done` reports `token`.
+    unsafe fn zero_copy(
+        &mut self,
+        peer: Rank,
+        op: Op,
+        addr: usize,
+        len: usize,
+        remote: (u64, u32),
+        token: u64,
+    ) -> Result<Posted, TransportError> {
+        // a READ writes the local memory; a WRITE only reads it (no rights needed)
+        let access = if op == Op::Read {
+            ffi::ACCESS_LOCAL_WRITE
+        } else {
+            0
+        };
+        let (lkey, _) = self
+            .regs
+            .acquire(&self.dev, addr, len, access)
+            .map_err(|e| TransportError::Os {
+                call: "ibv_reg_mr",
+                source: std::io::Error::other(e),
+            })?;
+        let what = Some(What::Pending { token, reg: lkey });
+        // SAFETY: forwarded from this function's contract.
+        let r = unsafe { self.post(peer, op, (addr, len, lkey), remote, false, what) };
+        if let Err(e) = r {
+            self.regs.release(lkey);
+            return Err(e);
+        }
+        Ok(Posted::Pending)
+    }
+
     fn ring_at(&self, p: Rank) -> usize {
         p as usize * self.ring
     }
@@ -891,31 +930,9 @@ impl Transport for VerbsTransport {
             }
         }
         // tier 3: zero copy from the caller's buffer
-        let (lkey, _) = self
-            .regs
-            .acquire(&self.dev, src.as_ptr() as usize, len, 0)
-            .map_err(|e| TransportError::Os {
-                call: "ibv_reg_mr",
-                source: std::io::Error::other(e),
-            })?;
-        let local = (src.as_ptr() as usize, len, lkey);
         // SAFETY: the caller keeps `src` alive and unchanged until `poll_done` reports
         // `token` (the `Posted::Pending` contract of `Transport::put`).
-        let r = unsafe {
-            self.post(
-                peer,
-                Op::Write,
-                local,
-                remote,
-                false,
-                Some(What::Pending { token, reg: lkey }),
-            )
-        };
-        if let Err(e) = r {
-            self.regs.release(lkey);
-            return Err(e);
-        }
-        Ok(Posted::Pending)
+        unsafe { self.zero_copy(peer, Op::Write, src.as_ptr() as usize, len, remote, token) }
     }
 
     fn get(
@@ -937,37 +954,19 @@ impl Transport for VerbsTransport {
         }
         self.peer(peer)?;
         self.room(peer, 1)?;
-        let len = dst.len();
-        let (lkey, _) = self
-            .regs
-            .acquire(
-                &self.dev,
-                dst.as_mut_ptr() as usize,
-                len,
-                ffi::ACCESS_LOCAL_WRITE,
-            )
-            .map_err(|e| TransportError::Os {
-                call: "ibv_reg_mr",
-                source: std::io::Error::other(e),
-            })?;
-        let local = (dst.as_mut_ptr() as usize, len, lkey);
+        let remote = (src.addr + offset, src.key as u32);
         // SAFETY: the caller keeps `dst` alive and does not read it until `poll_done`
         // reports `token` (the `Posted::Pending` contract of `Transport::get`).
-        let r = unsafe {
-            self.post(
+        unsafe {
+            self.zero_copy(
                 peer,
                 Op::Read,
-                local,
-                (src.addr + offset, src.key as u32),
-                false,
-                Some(What::Pending { token, reg: lkey }),
+                dst.as_mut_ptr() as usize,
+                dst.len(),
+                remote,
+                token,
             )
-        };
-        if let Err(e) = r {
-            self.regs.release(lkey);
-            return Err(e);
         }
-        Ok(Posted::Pending)
     }
 
     fn poll_done(
