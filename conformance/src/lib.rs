@@ -110,7 +110,11 @@ impl Case {
         matches!(self.kind, Kind::Job { .. })
             || self.name.starts_with("soak_")
             || self.name.starts_with("fault_rank_")
-            || self.name.starts_with("one_sided_")
+            // over libfabric's software providers (tcp) a write needs the target's
+            // progress, so a stopped receiver holds it: that case is for transports
+            // whose writes need no help (RDMA, and CMA on shared memory)
+            || (self.name.starts_with("one_sided_")
+                && std::env::var("CONFORMANCE_TRANSPORT").map_or(true, |t| t != "ofi"))
     }
     /// Whether this is a test of its own (not a helper body).
     pub fn is_test(&self) -> bool {

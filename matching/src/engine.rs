@@ -260,6 +260,14 @@ impl Engine {
     pub fn size(&self) -> u32 {
         self.size
     }
+    /// Whether protocol mutation `m` is in force: only in builds with the `mutations`
+    /// feature (the model checker's tests); elsewhere a constant `false`, so the
+    /// checks compile out of the protocol's paths.
+    #[inline(always)]
+    fn mutated(&self, m: Mutation) -> bool {
+        cfg!(feature = "mutations") && self.cfg.mutation == m
+    }
+
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -499,14 +507,14 @@ impl Engine {
                 }
                 Source::Any => false,
             };
-        st.blocker = !(advertisable || paused && self.cfg.mutation == Mutation::PausedNoHold);
+        st.blocker = !(advertisable || paused && self.mutated(Mutation::PausedNoHold));
         self.recvs.insert(id, st);
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
         if st.blocker {
             self.blockers.incr(spec.ctx);
         } else if !advertisable {
             // (mutation only) neither advertised nor holding anything back
-        } else if self.blockers.get(&spec.ctx) == 0 || self.cfg.mutation == Mutation::NoHold {
+        } else if self.blockers.get(&spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
             self.advertise(id);
         } else {
             self.held.entry(spec.ctx).or_default().push_back(id);
@@ -581,7 +589,7 @@ impl Engine {
         let Some(r) = self.peers[peer as usize].paused_recv.take() else {
             return;
         };
-        if !self.posted.contains(r.0) || self.cfg.mutation == Mutation::PausedNoHold {
+        if !self.posted.contains(r.0) || self.mutated(Mutation::PausedNoHold) {
             return;
         }
         let p = &mut self.peers[peer as usize];
@@ -897,7 +905,7 @@ impl Engine {
                 dst: adv.buf,
                 len,
             });
-            if self.cfg.mutation == Mutation::SendDoneBeforePut {
+            if self.mutated(Mutation::SendDoneBeforePut) {
                 self.finish_send(id, SendOutcome::Sent);
             }
             self.ctrl(
@@ -1062,7 +1070,7 @@ impl Engine {
                         return Err(violation("negative tag"));
                     }
                 }
-                let replay = self.cfg.mutation != Mutation::RecvReqWins;
+                let replay = !self.mutated(Mutation::RecvReqWins);
                 let p = &mut self.peers[from as usize];
                 p.recvreq_seen += 1;
                 let k = p.recvreq_seen;
@@ -1092,7 +1100,7 @@ impl Engine {
                 flags,
                 body,
             } => {
-                let count_first = self.cfg.mutation != Mutation::CountAfterRelease;
+                let count_first = !self.mutated(Mutation::CountAfterRelease);
                 if count_first {
                     self.peers[from as usize].sendreq_seen += 1;
                 }

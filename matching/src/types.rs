@@ -132,7 +132,7 @@ pub enum RecvProtocol {
 }
 
 /// Deliberately broken protocol rules, for showing that the model checker has teeth.
-/// Never set outside tests.
+/// Never set outside tests; they take effect only with the `mutations` feature.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Mutation {
