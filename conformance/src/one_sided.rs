@@ -18,7 +18,56 @@ pub fn cases() -> Vec<Case> {
     vec![
         Case::host("one_sided_send_completes_while_receiver_stopped", stopped),
         Case::helper("helper_one_sided_stopped", helper_stopped),
+        Case::host("transport_verbs_or_a_fallback_line", verbs_or_fallback),
+        Case::helper("helper_report_transport", helper_report_transport),
     ]
+}
+
+/// `RSMPI_TRANSPORT=verbs` on 2 ranks of this node: with a verbs build and an RDMA
+/// device every rank uses verbs; otherwise (no device, no libibverbs, or a build
+/// without the `verbs` feature) the job runs on shared memory and rank 0 — only — says
+/// why in one line.
+fn verbs_or_fallback(ctx: &Ctx) -> Result<(), String> {
+    let env = [("CONFORMANCE_TRANSPORT", "verbs".into())];
+    let out = launch(
+        ctx,
+        "helper_report_transport",
+        2,
+        Duration::from_secs(60),
+        &env,
+        Duration::from_secs(90),
+    );
+    if out.code != Some(0) {
+        return Err(format!("status {:?}: {}", out.code, out.stderr));
+    }
+    let device = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    let want = if device && cfg!(feature = "verbs") {
+        "verbs"
+    } else {
+        "shm"
+    };
+    let used = out.stdout.matches(&format!("transport={want}\n")).count();
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("using shared memory"))
+        .collect();
+    let want_lines = usize::from(want == "shm");
+    if used != 2 || lines.len() != want_lines {
+        return Err(format!(
+            "expected both ranks on {want} and {want_lines} fallback line(s); stdout:\n{}\nstderr:\n{}",
+            out.stdout, out.stderr
+        ));
+    }
+    if want == "shm" && !(lines[0].contains("rank 0") || lines[0].contains("verbs")) {
+        return Err(format!("the fallback line does not say why: {}", lines[0]));
+    }
+    Ok(())
+}
+
+fn helper_report_transport(u: Universe) {
+    println!("transport={}", u.transport());
+    u.world().barrier();
 }
 
 const SMALL: usize = 8;

@@ -97,6 +97,7 @@ cases!(
     fault_rank_sigkilled_mid_transfer,
     // one-sidedness
     one_sided_send_completes_while_receiver_stopped,
+    transport_verbs_or_a_fallback_line,
     fault_rank_killed_from_outside_mid_transfer,
     peer_stops_polling_loses_nothing,
     security_mapped_segments_are_0600,
