@@ -306,14 +306,32 @@ pub(crate) fn open(boot: &mut Boot) -> Result<(Box<dyn Transport>, String)> {
     Ok((t, kind(&line)))
 }
 
-/// `shm+verbs` from `shm to ranks 0-1, verbs (rxe0 …) to ranks 2-3`.
+/// `shm+verbs` from `shm to ranks 0-1, verbs (rxe0 port 1 (RoCE, GID index 1)) to
+/// ranks 2-3`: the first word of each part (parts are separated by ", " outside
+/// parentheses).
 fn kind(line: &str) -> String {
-    let mut parts: Vec<&str> = line
-        .split(", ")
-        .filter_map(|p| p.split([' ', '(']).next())
+    let mut parts: Vec<&str> = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            b',' if depth == 0 => {
+                parts.push(&line[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&line[start..]);
+    let mut names: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| p.trim_start().split([' ', '(']).next())
+        .filter(|n| !n.is_empty())
         .collect();
-    parts.dedup();
-    parts.join("+")
+    names.dedup();
+    names.join("+")
 }
 
 #[cfg(test)]
