@@ -514,12 +514,10 @@ fn driver(cli: &Cli) -> i32 {
         }
         if cli.compare && cli.transport == "verbs" && perftest::COMPARABLE.contains(&b) {
             let sizes = rank::sizes(cli.min_size, cli.max_for(b));
+            // the reference is an outside tool: without it the table has rsmpi alone
             match perftest::rows(b, cli.quick, &sizes) {
                 Ok(x) => rows.extend(x),
-                Err(e) => {
-                    eprintln!("rsmpi-bench: perftest: {e}");
-                    failed = true;
-                }
+                Err(e) => eprintln!("rsmpi-bench: no perftest columns: {e}"),
             }
         }
         report::print_tables(&rows, &mut std::io::stdout()).expect("stdout");
