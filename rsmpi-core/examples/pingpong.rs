@@ -25,6 +25,9 @@ fn main() {
         let exe = std::env::current_exe().expect("own path");
         let mut job = launcher::Job::new(2, exe, std::env::args_os().skip(1));
         job.timeout = Some(std::time::Duration::from_secs(600));
+        if let Ok(t) = std::env::var("RSMPI_TRANSPORT") {
+            job.transport = t;
+        }
         std::process::exit(launcher::run(&job).expect("launch"));
     }
     let universe = rsmpi::initialize().expect("MPI init");

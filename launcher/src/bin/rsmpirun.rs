@@ -1,4 +1,4 @@
-//! `rsmpirun -n N [--prefix] [--transport auto|shm|ofi] [--hosts LIST --kvs-addr ADDR] [--timeout SECS] [--] program args…`
+//! `rsmpirun -n N [--prefix] [--transport auto|shm|verbs|ofi] [--hosts LIST --kvs-addr ADDR] [--timeout SECS] [--] program args…`
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -19,9 +19,10 @@ struct Args {
     #[arg(long)]
     prefix: bool,
     /// Transport the ranks should use (passed as RSMPI_TRANSPORT): auto (shared memory
-    /// within a node, the network between nodes), shm, or ofi (libfabric to every peer).
-    #[arg(long, default_value = "auto")]
-    transport: String,
+    /// within a node, the network between nodes), shm, verbs or ofi (that network
+    /// transport to every peer) [default: $RSMPI_TRANSPORT, else auto].
+    #[arg(long)]
+    transport: Option<String>,
     /// Place the ranks on these hosts: network namespaces of this machine (`ip netns`),
     /// `name` or `name:slots`, comma-separated; ranks fill each host's slots in
     /// order, or equal blocks when no host gives slots. Needs --kvs-addr.
@@ -51,7 +52,14 @@ fn main() {
     let program = command.next().unwrap_or_default();
     let mut job = Job::new(args.n, program, command);
     job.prefix_output = args.prefix;
-    job.transport = args.transport;
+    job.transport = args
+        .transport
+        .or_else(|| {
+            std::env::var("RSMPI_TRANSPORT")
+                .ok()
+                .filter(|t| !t.is_empty())
+        })
+        .unwrap_or_else(|| "auto".into());
     job.kvs_addr = args.kvs_addr;
     if let Some(list) = &args.hosts {
         match launcher::Host::parse_list(list) {
