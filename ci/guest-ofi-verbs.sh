@@ -10,6 +10,10 @@ hostname rsmpi-guest
 export FI_UNIVERSE_SIZE=16
 export FI_PROVIDER="verbs;ofi_rxm" RSMPI_OFI_PROVIDER="verbs;ofi_rxm"
 export CONFORMANCE_TRANSPORT=ofi
+# the job cases only: the soak on libfabric 1.17's verbs;ofi_rxm over rxe has crashed
+# inside libfabric here (a segfault in the provider, receiver matching, 3 ranks);
+# rsmpi's own verbs transport runs the soak and the fault cases (ci/guest-verbs.sh)
+export CONFORMANCE_JOBS_ONLY=1
 # the guest is emulated (TCG): several times slower than the host
 export CONFORMANCE_TIMEOUT=${CONFORMANCE_TIMEOUT:-600}
 fi_info -p "verbs;ofi_rxm" -t FI_EP_RDM | head -4
