@@ -2,7 +2,7 @@
 //! control messages, answering with [`Output`]s for the driver to carry out.
 
 use crate::advertised::{Adv, AdvTable, Crossing};
-use crate::map::{Counts, HMap};
+use crate::map::{Counts, HMap, OneMap};
 use crate::queues::{Posted, UData, UEntry, Unexpected};
 use crate::types::*;
 use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
@@ -208,8 +208,8 @@ pub struct Engine {
     posted: Posted,
     unexpected: Unexpected,
     probed: HMap<MsgId, UEntry>,
-    recvs: HMap<RecvId, RecvState>,
-    sends: HMap<SendId, SendState>,
+    recvs: OneMap<RecvId, RecvState>,
+    sends: OneMap<SendId, SendState>,
     /// Per context: pending receives that block advertising (ANY_SOURCE, or not
     /// advertisable), and the receives held back behind them, in posting order.
     blockers: Counts<Ctx>,
@@ -242,8 +242,8 @@ impl Engine {
             posted: Posted::default(),
             unexpected: Unexpected::default(),
             probed: HMap::default(),
-            recvs: HMap::default(),
-            sends: HMap::default(),
+            recvs: OneMap::default(),
+            sends: OneMap::default(),
             blockers: Counts::default(),
             held: HMap::default(),
             xfers: HMap::default(),
@@ -441,7 +441,6 @@ impl Engine {
         let Some(st) = self.sends.remove(&s) else {
             return;
         };
-        self.sends.shrink_if_empty();
         if let Path::Req(i) = st.path {
             self.peers[st.dest as usize].waiting.remove(&i);
         }
@@ -457,7 +456,6 @@ impl Engine {
 
     fn finish_recv(&mut self, r: RecvId, outcome: RecvOutcome) {
         self.recvs.remove(&r);
-        self.recvs.shrink_if_empty();
         self.out.push_back(Output::RecvDone { recv: r, outcome });
     }
 
@@ -514,7 +512,7 @@ impl Engine {
             self.blockers.incr(spec.ctx);
         } else if !advertisable {
             // (mutation only) neither advertised nor holding anything back
-        } else if self.blockers.get(&spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
+        } else if self.blockers.count(&spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
             self.advertise(id);
         } else {
             self.held.entry(spec.ctx).or_default().push_back(id);
@@ -557,7 +555,7 @@ impl Engine {
         }
         let held = self.held.remove(&ctx).unwrap_or_default();
         for id in held {
-            if self.posted.contains(id.0) {
+            if self.is_posted(id) {
                 self.advertise(id);
             }
         }
@@ -589,7 +587,7 @@ impl Engine {
         let Some(r) = self.peers[peer as usize].paused_recv.take() else {
             return;
         };
-        if !self.posted.contains(r.0) || self.mutated(Mutation::PausedNoHold) {
+        if !self.is_posted(r) || self.mutated(Mutation::PausedNoHold) {
             return;
         }
         let p = &mut self.peers[peer as usize];
@@ -605,7 +603,7 @@ impl Engine {
                 ..
             }
         );
-        if self.blockers.get(&ctx) == 1 && !cancelling {
+        if self.blockers.count(&ctx) == 1 && !cancelling {
             st.blocker = false;
             self.advertise(r);
             self.unblock(ctx);
@@ -634,9 +632,22 @@ impl Engine {
     }
 
     /// Removes a matched receive from the posted queue and its advertisement.
+    /// Whether receive `id` is in the posted queue.
+    fn is_posted(&self, id: RecvId) -> bool {
+        self.recvs
+            .get(&id)
+            .is_some_and(|st| matches!(st.stage, RStage::Posted { .. }))
+    }
+
     fn unpost(&mut self, id: RecvId) -> RecvState {
         let st = self.recvs[&id];
-        self.posted.remove(id.0);
+        self.posted.remove(id.0, st.ctx, st.source, st.tag);
+        self.unadvertise(&st);
+        st
+    }
+
+    /// Forgets the advertisement of a receive leaving the posted queue.
+    fn unadvertise(&mut self, st: &RecvState) {
         if let RStage::Posted { adv: Some(k), .. } = st.stage {
             let Source::Rank(p) = st.source else {
                 unreachable!()
@@ -645,7 +656,6 @@ impl Engine {
             adv_recv.remove(&k);
             adv_recv.shrink_if_empty();
         }
-        st
     }
 
     fn outcome(st: &RecvState, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {
@@ -740,7 +750,7 @@ impl Engine {
                 Ok(())
             }
             RStage::Posted { adv: None, .. } => {
-                self.posted.remove(id.0);
+                self.posted.remove(id.0, st.ctx, st.source, st.tag);
                 self.finish_recv(id, RecvOutcome::Cancelled);
                 if st.blocker {
                     self.unblock(st.ctx);
@@ -1107,7 +1117,14 @@ impl Engine {
                 let i = self.peers[from as usize].sendreq_seen + u64::from(!count_first);
                 let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
                 if let Some(r) = hit {
-                    let st = self.unpost(r);
+                    // `take_match` has taken it off the posted queue; an eager message
+                    // completes it here, so its state goes at once
+                    let st = if body == Body::Eager {
+                        self.recvs.remove(&r).expect("posted receive")
+                    } else {
+                        self.recvs[&r]
+                    };
+                    self.unadvertise(&st);
                     if let RStage::Posted { adv: Some(_), .. } = st.stage {
                         self.advertisement_outcome(from, true);
                     }
@@ -1121,7 +1138,7 @@ impl Engine {
                                 recv: r,
                                 range: hl..hl + dlen as usize,
                             });
-                            self.finish_recv(r, outcome);
+                            self.out.push_back(Output::RecvDone { recv: r, outcome });
                         }
                         Body::Rndv(src) | Body::GetNow(src) => {
                             self.start_get(r, from, i, src, dlen, outcome);

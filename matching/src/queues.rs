@@ -13,12 +13,17 @@ use std::collections::BTreeMap;
 ///
 /// A message (ctx, src, tag) can match four kinds of receive: (src, tag), (src, ANY),
 /// (ANY, tag), (ANY, ANY). Each kind has FIFO buckets; the earliest live head of the
-/// four buckets is the receive MPI says must match. Removed receives are dropped from
-/// `live` at once and from their bucket lazily.
+/// four buckets is the receive MPI says must match. A receive removed other than at
+/// its bucket's head (cancelled, or matched by a direct write) is marked dead and
+/// dropped when it reaches the head, so the common case — match the head of one exact
+/// bucket — is one lookup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Posted {
     buckets: Fifos<(Ctx, Source, TagSel)>,
-    live: HMap<u64, (Ctx, Source, TagSel)>,
+    /// Removed receives still in their bucket.
+    dead: HMap<u64, ()>,
+    /// Live receives.
+    len: usize,
     /// Live receives with a wildcard source or tag: while there are none, a message
     /// looks in its exact bucket only.
     wild: usize,
@@ -32,50 +37,77 @@ impl Posted {
     pub fn insert(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
         let key = (ctx, src, tag);
         self.wild += usize::from(is_wild(&key));
+        self.len += 1;
         self.buckets.push(key, seq);
-        self.live.insert(seq, key);
     }
 
-    pub fn remove(&mut self, seq: u64) -> bool {
-        match self.live.remove(&seq) {
-            Some(key) => {
-                self.wild -= usize::from(is_wild(&key));
-                self.live.shrink_if_empty();
-                true
+    /// Removes live receive `seq`, posted with `ctx`, `src`, `tag` (the caller knows it
+    /// is in the queue).
+    pub fn remove(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
+        let key = (ctx, src, tag);
+        self.wild -= usize::from(is_wild(&key));
+        self.len -= 1;
+        match self.buckets.get_mut(&key) {
+            Some(q) if q.front() == Some(&seq) => {
+                q.pop_front();
             }
-            None => false,
+            _ => {
+                self.dead.insert(seq, ());
+            }
         }
     }
 
-    pub fn contains(&self, seq: u64) -> bool {
-        self.live.contains_key(&seq)
+    pub fn len(&self) -> usize {
+        self.len
     }
 
-    pub fn len(&self) -> usize {
-        self.live.len()
+    /// The first live receive of `key`'s bucket, dropping dead ones before it.
+    fn head(&mut self, key: &(Ctx, Source, TagSel)) -> Option<u64> {
+        let q = self.buckets.get_mut(key)?;
+        while let Some(&h) = q.front() {
+            if self.dead.is_empty() || self.dead.remove(&h).is_none() {
+                return Some(h);
+            }
+            q.pop_front();
+            self.dead.shrink_if_empty();
+        }
+        None
     }
 
     /// Removes and returns the earliest posted receive matching a message.
     pub fn take_match(&mut self, ctx: Ctx, src: Rank, tag: Tag) -> Option<u64> {
-        let mut best: Option<(u64, (Ctx, Source, TagSel))> = None;
-        let live = &self.live;
-        let keys = [
-            (ctx, Source::Rank(src), TagSel::Tag(tag)),
-            (ctx, Source::Rank(src), TagSel::Any),
-            (ctx, Source::Any, TagSel::Tag(tag)),
-            (ctx, Source::Any, TagSel::Any),
-        ];
-        let kinds = if self.wild == 0 { 1 } else { 4 };
-        for key in keys.into_iter().take(kinds) {
-            if let Some(h) = self.buckets.head(&key, |s| live.contains_key(&s)) {
-                if best.is_none_or(|(b, _)| h < b) {
-                    best = Some((h, key));
+        let exact = (ctx, Source::Rank(src), TagSel::Tag(tag));
+        let (seq, key) = if self.wild == 0 {
+            // only the exact bucket can match: pop its first live receive
+            let q = self.buckets.get_mut(&exact)?;
+            while let Some(h) = q.pop_front() {
+                if self.dead.is_empty() || self.dead.remove(&h).is_none() {
+                    self.len -= 1;
+                    return Some(h);
+                }
+                self.dead.shrink_if_empty();
+            }
+            return None;
+        } else {
+            let keys = [
+                exact,
+                (ctx, Source::Rank(src), TagSel::Any),
+                (ctx, Source::Any, TagSel::Tag(tag)),
+                (ctx, Source::Any, TagSel::Any),
+            ];
+            let mut best: Option<(u64, (Ctx, Source, TagSel))> = None;
+            for key in keys {
+                if let Some(h) = self.head(&key) {
+                    if best.is_none_or(|(b, _)| h < b) {
+                        best = Some((h, key));
+                    }
                 }
             }
-        }
-        let (seq, key) = best?;
+            best?
+        };
         self.buckets.get_mut(&key).expect("bucket").pop_front();
-        self.remove(seq);
+        self.wild -= usize::from(is_wild(&key));
+        self.len -= 1;
         Some(seq)
     }
 }
@@ -177,9 +209,33 @@ mod tests {
         assert_eq!(p.take_match(0, 3, 5), Some(1));
         assert_eq!(p.take_match(0, 3, 5), Some(2));
         assert_eq!(p.take_match(0, 3, 5), None);
-        assert!(p.remove(3));
+        p.remove(3, 1, Source::Rank(3), TagSel::Tag(5));
         assert_eq!(p.take_match(1, 3, 5), None);
         assert_eq!(p.len(), 0);
+    }
+
+    /// Receives removed behind a bucket's head are skipped, in exact and wildcard
+    /// lookups alike, and forgotten once passed.
+    #[test]
+    fn posted_removed_behind_head() {
+        let mut p = Posted::default();
+        for seq in 1..=4 {
+            p.insert(seq, 0, Source::Rank(1), TagSel::Tag(7));
+        }
+        p.remove(2, 0, Source::Rank(1), TagSel::Tag(7));
+        p.remove(3, 0, Source::Rank(1), TagSel::Tag(7));
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.take_match(0, 1, 7), Some(1));
+        assert_eq!(p.take_match(0, 1, 7), Some(4));
+        assert!(p.dead.is_empty());
+        p.insert(5, 0, Source::Rank(1), TagSel::Tag(7));
+        p.insert(6, 0, Source::Rank(1), TagSel::Tag(7));
+        p.insert(7, 0, Source::Any, TagSel::Tag(7));
+        p.remove(6, 0, Source::Rank(1), TagSel::Tag(7));
+        assert_eq!(p.take_match(0, 1, 7), Some(5));
+        assert_eq!(p.take_match(0, 1, 7), Some(7), "the removed 6 is skipped");
+        assert_eq!((p.len(), p.wild), (0, 0));
+        assert!(p.dead.is_empty());
     }
 
     #[test]
