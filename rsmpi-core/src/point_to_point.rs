@@ -246,12 +246,21 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
 
 /// The matching source of `src` in `comm` (`None` inside: `PROC_NULL`).
 fn source(comm: &SimpleCommunicator, src: Option<Rank>) -> Result<Option<Src>> {
+    progress::try_with(|s| source_in(s, comm, src))?
+}
+
+/// `source` on the library state the caller already holds.
+fn source_in(
+    s: &progress::State,
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+) -> Result<Option<Src>> {
     match src {
         None => {
-            comm.check_live()?;
+            comm.check_live_in(s)?;
             Ok(Some(Src::Any))
         }
-        Some(r) => Ok(comm.check_rank(r)?.map(Src::Rank)),
+        Some(r) => Ok(comm.check_rank_in(s, r)?.map(Src::Rank)),
     }
 }
 
@@ -310,22 +319,35 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
-    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
-    let Some(src) = src else {
-        return Ok(Request::new(done_pending(None), Data::Shared(buf)));
-    };
+    let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
     if buf.rsmpi_direct().is_some() {
         let loan = scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct"));
         let region = loan.id();
-        let cap = progress::with(|s| s.regions.len(region).unwrap_or(0)) as u64;
-        let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Region(region)))?;
+        // one visit to the library state: check the source, post the receive (a
+        // refused source leaves the region lent, unused, until the scope ends)
+        let posted = progress::try_with(|s| -> Result<Option<(Key, u64)>> {
+            let Some(src) = source_in(s, comm, src)? else {
+                return Ok(None);
+            };
+            let cap = s.regions.len(region).unwrap_or(0) as u64;
+            Ok(Some((
+                start_recv(s, ctx, src, tag, RecvDst::Region(region))?,
+                cap,
+            )))
+        })??;
+        let Some((key, cap)) = posted else {
+            return Ok(Request::new(done_pending(None), Data::Loan(loan)));
+        };
         return Ok(Request::new(
             Pending::new(key, cap, elem, ctx),
             Data::Loan(loan),
         ));
     }
+    let Some(src) = source(comm, src)? else {
+        return Ok(Request::new(done_pending(None), Data::Shared(buf)));
+    };
     let cap = buf.rsmpi_capacity();
     let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
     Ok(Request::new(

@@ -135,63 +135,9 @@ impl Group {
     }
 }
 
-/// A map that keeps one entry beside its hash table: while a single request is
-/// pending (every blocking call) inserting, finding and removing it is a comparison
-/// instead of hashing. Further entries go to the table.
-pub(crate) struct Requests<K, V> {
-    one: Option<(K, V)>,
-    rest: HashMap<K, V>,
-}
-
-impl<K, V> Default for Requests<K, V> {
-    fn default() -> Self {
-        Requests {
-            one: None,
-            rest: HashMap::default(),
-        }
-    }
-}
-
-impl<K: Eq + std::hash::Hash + Copy, V> Requests<K, V> {
-    pub fn insert(&mut self, k: K, v: V) {
-        match &mut self.one {
-            Some((k1, v1)) if *k1 == k => *v1 = v,
-            Some(_) => {
-                self.rest.insert(k, v);
-            }
-            None => self.one = Some((k, v)),
-        }
-    }
-
-    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        match &mut self.one {
-            Some((k1, v1)) if k1 == k => Some(v1),
-            _ => self.rest.get_mut(k),
-        }
-    }
-
-    pub fn get(&self, k: &K) -> Option<&V> {
-        match &self.one {
-            Some((k1, v1)) if k1 == k => Some(v1),
-            _ => self.rest.get(k),
-        }
-    }
-
-    pub fn contains_key(&self, k: &K) -> bool {
-        self.get(k).is_some()
-    }
-
-    pub fn remove(&mut self, k: &K) -> Option<V> {
-        if matches!(&self.one, Some((k1, _)) if k1 == k) {
-            return self.one.take().map(|(_, v)| v);
-        }
-        let v = self.rest.remove(k);
-        if v.is_some() {
-            shrink_if_empty(&mut self.rest);
-        }
-        v
-    }
-}
+/// Requests by id: one entry beside a hash table, so that the single request of a
+/// blocking call costs comparisons, not hashing.
+pub(crate) type Requests<K, V> = matching::OneMap<K, V>;
 
 pub(crate) struct State {
     pub engine: Engine,
@@ -656,14 +602,6 @@ impl State {
                 }
             }
         }
-    }
-}
-
-/// Frees a large table once it is empty again (after a burst of requests the steady
-/// state would otherwise spread its few entries over a table larger than the L1 cache).
-fn shrink_if_empty<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
-    if m.is_empty() && m.capacity() > 256 {
-        m.shrink_to(0);
     }
 }
 

@@ -393,7 +393,7 @@ impl SimpleCommunicator {
     /// `check_rank` on the library state the caller already holds.
     pub(crate) fn check_rank_in(&self, s: &progress::State, r: Rank) -> Result<Option<u32>> {
         let ctx = self.ctx & !INTERNAL;
-        if s.freed.contains(&ctx) {
+        if !s.freed.is_empty() && s.freed.contains(&ctx) {
             Err(Error::Comm(ctx))
         } else if r == PROC_NULL {
             Ok(None)
@@ -408,8 +408,13 @@ impl SimpleCommunicator {
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
+        progress::try_with(|s| self.check_live_in(s))?
+    }
+
+    /// `check_live` on the library state the caller already holds.
+    pub(crate) fn check_live_in(&self, s: &progress::State) -> Result<()> {
         let ctx = self.ctx & !INTERNAL;
-        if progress::try_with(|s| s.freed.contains(&ctx))? {
+        if !s.freed.is_empty() && s.freed.contains(&ctx) {
             Err(Error::Comm(ctx))
         } else {
             Ok(())

@@ -491,6 +491,11 @@ impl Transport for ShmTransport {
         let mut idle = 0;
         let mut s = self.next;
         while got < max && idle < n {
+            if !self.consumers[s].ready() {
+                s = if s + 1 == n { 0 } else { s + 1 };
+                idle += 1;
+                continue;
+            }
             let sender = self.local[s];
             let popped =
                 self.consumers[s]

@@ -187,7 +187,7 @@ pub trait RegionHost {
 /// A scope in which buffers borrowed for `'scope` can be lent.
 pub struct Scope<'scope, 'env: 'scope, H: RegionHost> {
     host: &'env H,
-    ids: RefCell<Vec<RegionId>>,
+    ids: RefCell<Ids>,
     // invariance in both lifetimes, as in `std::thread::Scope`
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
@@ -245,6 +245,45 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
     /// The host this scope lends to.
     pub fn host(&self) -> &'env H {
         self.host
+    }
+}
+
+/// The regions a scope has lent: inline while there are few (most scopes lend one or
+/// two buffers, and a scope per message must not allocate), on the heap beyond.
+#[derive(Default)]
+struct Ids {
+    inline: [RegionId; Ids::INLINE],
+    n: usize,
+    heap: Vec<RegionId>,
+}
+
+impl Ids {
+    const INLINE: usize = 4;
+
+    fn push(&mut self, id: RegionId) {
+        if self.n < Self::INLINE {
+            self.inline[self.n] = id;
+            self.n += 1;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.inline);
+            }
+            self.heap.push(id);
+        }
+    }
+
+    fn as_slice(&self) -> &[RegionId] {
+        if self.heap.is_empty() {
+            &self.inline[..self.n]
+        } else {
+            &self.heap
+        }
+    }
+}
+
+impl Default for RegionId {
+    fn default() -> Self {
+        RegionId(u32::MAX)
     }
 }
 
@@ -337,7 +376,7 @@ impl<H: RegionHost> Drop for Lent<'_, H> {
 pub fn leak_scope<H: RegionHost>(host: &'static H) -> &'static Scope<'static, 'static, H> {
     Box::leak(Box::new(Scope {
         host,
-        ids: RefCell::new(Vec::new()),
+        ids: RefCell::new(Ids::default()),
         _scope: PhantomData,
         _env: PhantomData,
     }))
@@ -351,16 +390,53 @@ pub fn scope<'env, H: RegionHost, T>(
 ) -> T {
     let s = Scope {
         host,
-        ids: RefCell::new(Vec::new()),
+        ids: RefCell::new(Ids::default()),
         _scope: PhantomData,
         _env: PhantomData,
     };
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
     let ids = std::mem::take(&mut *s.ids.borrow_mut());
-    host.quiesce(&ids);
+    let ids = ids.as_slice();
+    host.quiesce(ids);
     host.with_regions(|r| ids.iter().for_each(|&id| r.remove(id)));
     match out {
         Ok(v) => v,
         Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Host(RefCell<Regions>, RefCell<Vec<RegionId>>);
+    impl RegionHost for Host {
+        fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R {
+            f(&mut self.0.borrow_mut())
+        }
+        fn quiesce(&self, ids: &[RegionId]) {
+            self.1.borrow_mut().extend_from_slice(ids);
+        }
+    }
+
+    /// A scope releases every region it lent, inline or past the inline ones.
+    #[test]
+    fn scope_releases_all_it_lent() {
+        for n in [0, 1, Ids::INLINE, Ids::INLINE + 1, 3 * Ids::INLINE] {
+            let host = Host(RefCell::default(), RefCell::default());
+            let mut bufs = vec![[0u8; 2]; n];
+            let lent: Vec<RegionId> =
+                scope(&host, |s| bufs.iter_mut().map(|b| s.lend_mut(b)).collect());
+            assert_eq!(
+                *host.1.borrow(),
+                lent,
+                "quiesced in lending order ({n} buffers)"
+            );
+            let r = host.0.borrow();
+            assert!(
+                r.slots.iter().all(Option::is_none),
+                "a region outlived its scope ({n} buffers)"
+            );
+        }
     }
 }
