@@ -333,8 +333,6 @@ impl Consumer {
         Self { mem, head: 0 }
     }
 
-    /// If a message is ready, hands it to `f` (as a slice into the ring), then releases
-    /// its space and returns `Some(f's result)`. Reads one cache line when empty.
     /// Whether a record (or a pad) is ready at the head: the cheap check of an empty
     /// poll, one load of the header word.
     #[inline]
@@ -344,6 +342,8 @@ impl Consumer {
         h & !(LEN_MASK | PAD) == encode(self.head, 0, false)
     }
 
+    /// If a message is ready, hands it to `f` (as a slice into the ring), then releases
+    /// its space and returns `Some(f's result)`. Reads one cache line when empty.
     pub fn pop<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, Corrupt> {
         loop {
             let off = self.head as usize & (RING_BYTES - 1);
