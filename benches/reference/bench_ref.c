@@ -6,14 +6,17 @@
  * must.
  *
  *   bench_ref latency|bw|bibw|pingpong-preposted [--quick] [--min-size B] [--max-size B]
+ *   bench_ref mbw_mr [--quick] [--min-size B] [--max-size B]      (2P ranks: P pairs)
  *   bench_ref allreduce|bcast|reduce|allgather|alltoall|barrier [--quick] [--min-size B] [--max-size B]
  *
  * Output (rank 0, stdout): one line per size, "size value..." where value is one-way
  * latency in us (latency), MB/s (bw, bibw), or "plain preposted post" in us
- * (pingpong-preposted), or "avg min max" over the ranks of each rank's mean time per
- * call in us (the collectives, as OSU's osu_allreduce etc.: see coll() and
- * `collective` in benches/src/rank.rs). Lines starting with '#' are comments.
- * The point-to-point benchmarks need exactly 2 ranks, the collectives at least 2.
+ * (pingpong-preposted), "MB/s msg/s" summed over the pairs (mbw_mr: rank i < P
+ * sends windows to rank i + P, as mbw_mr in benches/src/rank.rs), or "avg min max"
+ * over the ranks of each rank's mean time per call in us (the collectives, as OSU's
+ * osu_allreduce etc.: see coll() and `collective` in benches/src/rank.rs). Lines
+ * starting with '#' are comments. The other point-to-point benchmarks need exactly 2
+ * ranks, the collectives at least 2.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
@@ -196,6 +199,45 @@ static void preposted_loop(int me, long size, long n, double *lat, double *post)
     free(reqs);
 }
 
+/* osu_mbw_mr without the barrier between warm-up and timing: P pairs, rank i < P
+ * sending windows to rank i + P, each window acknowledged; rank 0 prints the total
+ * MB/s and messages/s of all pairs. As mbw_mr in benches/src/rank.rs. */
+static void mbw_mr(int me, int n, long min, long max) {
+    int p = n / 2;
+    int sender = me < p, peer = sender ? me + p : me - p;
+    for (long size = 0; size <= max; size = size ? size * 2 : 1) {
+        if (size < min) continue;
+        char *sbuf = malloc(size ? size : 1);
+        char *rbuf = malloc(size > 0 ? size * WINDOW : 1);
+        memset(sbuf, 'm', size);
+        MPI_Request reqs[WINDOW];
+        char ack[4] = {0};
+        int iters, skip;
+        bw_iters(size, &iters, &skip);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = 0;
+        for (int i = 0; i < iters + skip; i++) {
+            if (i == skip) t0 = MPI_Wtime();
+            for (int w = 0; w < WINDOW; w++) {
+                if (sender)
+                    MPI_Isend(sbuf, (int)size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[w]);
+                else
+                    MPI_Irecv(rbuf + (long)w * size, (int)size, MPI_CHAR, peer, 100, MPI_COMM_WORLD, &reqs[w]);
+            }
+            MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+            if (sender) MPI_Recv(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            else MPI_Send(ack, 4, MPI_CHAR, peer, 101, MPI_COMM_WORLD);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime() - t0;
+        double msgs = (double)p * iters * WINDOW;
+        if (me == 0) printf("%ld %.2f %.1f\n", size, msgs * size / t / 1e6, msgs / t);
+        fflush(stdout);
+        free(sbuf);
+        free(rbuf);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *bench = argc > 1 ? argv[1] : "latency";
     long min = 0, max = 4L << 20;
@@ -216,6 +258,17 @@ int main(int argc, char **argv) {
         pin(me, n);
         if (me == 0) printf("# bench_ref %s on %d ranks\n", bench, n);
         coll(bench, me, n, min, max);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!strcmp(bench, "mbw_mr")) {
+        if (n < 2 || n % 2) {
+            if (me == 0) fprintf(stderr, "bench_ref mbw_mr needs an even number of ranks\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        pin(me, n);
+        if (me == 0) printf("# bench_ref mbw_mr, %d pair(s)\n", n / 2);
+        mbw_mr(me, n, min, max);
         MPI_Finalize();
         return 0;
     }

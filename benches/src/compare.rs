@@ -9,7 +9,9 @@ const SOURCE: &str = include_str!("../reference/bench_ref.c");
 
 /// Benchmarks the C reference implements (besides the collectives,
 /// [`crate::report::COLLECTIVES`]).
-pub const COMPARABLE: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"];
+pub const COMPARABLE: [&str; 5] = ["latency", "bw", "bibw", "pingpong-preposted", "mbw_mr"];
+/// The benchmarks `--across-hosts` runs (one rank on each of two hosts).
+pub const ACROSS_HOSTS: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"];
 
 /// A built reference: how to launch it.
 pub struct Reference {
@@ -327,6 +329,12 @@ impl Reference {
                     "MB/s",
                     crate::rank::bw_iters(s, quick).0 * crate::rank::WINDOW,
                 ),
+                "mbw_mr" if l.len() >= 3 => {
+                    let pairs = format!("{} pair(s)", ranks / 2);
+                    let it = crate::rank::bw_iters(s, quick).0 * crate::rank::WINDOW;
+                    push(&pairs, l[1], "MB/s", it);
+                    push(&pairs, l[2], "msg/s", it);
+                }
                 "pingpong-preposted" if l.len() >= 4 => {
                     let n = crate::rank::prepost_count(s, quick);
                     push("plain", l[1], "us", crate::rank::lat_iters(s, quick).0);

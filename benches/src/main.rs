@@ -382,10 +382,10 @@ fn driver(cli: &Cli) -> i32 {
     // --across-hosts: two namespaces for the whole run, removed when `_net` drops
     let mut _net = None;
     if cli.across_hosts {
-        if let Some(b) = list.iter().find(|b| !compare::COMPARABLE.contains(b)) {
+        if let Some(b) = list.iter().find(|b| !compare::ACROSS_HOSTS.contains(b)) {
             eprintln!(
                 "rsmpi-bench: --across-hosts runs {} only, not {b}",
-                compare::COMPARABLE.join(", ")
+                compare::ACROSS_HOSTS.join(", ")
             );
             return 2;
         }
@@ -494,6 +494,8 @@ fn driver(cli: &Cli) -> i32 {
         if compare::COMPARABLE.contains(&b) || report::is_collective(b) {
             let job_sizes = if report::is_collective(b) {
                 cli.ranks.clone()
+            } else if b == "mbw_mr" {
+                vec![2 * cli.opts().pairs as u32]
             } else {
                 vec![2]
             };

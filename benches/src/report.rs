@@ -182,10 +182,12 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
         }
     }
     // ratio columns: for every rsmpi column whose metric also has reference columns
-    let mut ratios: Vec<(String, String, bool)> = Vec::new(); // (rsmpi col, metric, higher better)
-                                                              // (the derived metrics `post` and `preposted+post` get no ratio column)
+    // (the derived metrics `post` and `preposted+post` get none; mbw_mr's is its
+    // message rate); (rsmpi column, metric, higher better)
+    let mut ratios: Vec<(String, String, bool)> = Vec::new();
     for r in rs.iter().filter(|r| {
-        r.implementation == "rsmpi" && matches!(r.metric.as_str(), "" | "plain" | "preposted")
+        r.implementation == "rsmpi"
+            && (matches!(r.metric.as_str(), "" | "plain" | "preposted") || r.unit == "msg/s")
     }) {
         let has_ref = rs
             .iter()
