@@ -80,7 +80,7 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
     echo "$(( (best - $(naps "$napfn" "$prog")) / PR ))"
 }
 
-cargo build --release --quiet -p rsmpi --example selfloop --example pairloop -p rsmpirun
+cargo build --release --quiet -p rsmpi --example selfloop --example pairloop -p rsmpirun --bin rsmpirun
 printf '%-12s %12s %12s\n' implementation "self (8 B)" "pair (8 B)"
 printf '%-12s %12s %12s\n' "" "instr/round" "instr/round"
 rs_self=$(per_round rsmpi target/release/examples/selfloop)

@@ -375,6 +375,7 @@ impl Engine {
         }
     }
 
+    #[inline]
     fn flush(&mut self, to: Rank) {
         while let Some(q) = self.peers[to as usize].outbox.front() {
             if self.peers[to as usize].credits < self.cost(q) {
@@ -398,6 +399,7 @@ impl Engine {
 
     /// Counts a consumed message from `from`; returns credits explicitly when many are
     /// owed and the queue towards `from` will not carry them soon.
+    #[inline]
     fn consumed(&mut self, from: Rank, cost: u32) {
         let lw = self.cfg.low_water;
         let p = &mut self.peers[from as usize];
@@ -1046,15 +1048,67 @@ impl Engine {
     /// Processes one incoming control message (`bytes` = header + payload) from `from`.
     /// If it carries a payload for a posted receive, returns where to copy it from;
     /// the driver copies it before releasing the message and before draining outputs.
+    #[inline]
     pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
+        self.known(from)?;
+        let (frame, hl) =
+            wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
+        self.handle_frame(from, frame, hl, bytes.len(), Some(bytes))
+    }
+
+    /// [`Engine::handle`] for a message of `len` bytes that is still arriving, of which
+    /// `head` (holding at least the header) is there: if it is an eager send that a
+    /// posted receive takes, handles it exactly as `handle` would handle the whole
+    /// message and returns the delivery, so that the driver copies the payload into
+    /// the receive buffer as it arrives. Otherwise changes nothing and returns `None`:
+    /// the driver waits for the whole message and passes it to `handle`.
+    pub fn handle_head(
+        &mut self,
+        from: Rank,
+        head: &[u8],
+        len: usize,
+    ) -> Result<Option<Deliver>, ProtocolError> {
+        self.known(from)?;
+        let (frame, hl) =
+            wire::decode_head(head, len).map_err(|err| ProtocolError::Malformed { from, err })?;
+        match frame.msg {
+            Ctrl::SendReq {
+                ctx,
+                tag,
+                body: Body::Eager,
+                ..
+            } if self.posted.has_match(ctx, from, tag) => {
+                let d = self.handle_frame(from, frame, hl, len, None)?;
+                debug_assert!(d.is_some(), "a matched eager send delivers");
+                Ok(d)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    #[inline]
+    fn known(&self, from: Rank) -> Result<(), ProtocolError> {
         if from >= self.size {
             return Err(ProtocolError::Violation {
                 from,
                 what: "unknown rank".into(),
             });
         }
-        let (frame, hl) =
-            wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
+        Ok(())
+    }
+
+    /// The rest of [`Engine::handle`] once the header is decoded: `len` is the whole
+    /// message's length, and `bytes` the whole message, needed only where an eager
+    /// payload is kept (unexpected), which [`Engine::handle_head`] never reaches.
+    #[inline(always)]
+    fn handle_frame(
+        &mut self,
+        from: Rank,
+        frame: wire::Frame,
+        hl: usize,
+        len_all: usize,
+        bytes: Option<&[u8]>,
+    ) -> Result<Option<Deliver>, ProtocolError> {
         let violation = |what: &str| ProtocolError::Violation {
             from,
             what: what.to_string(),
@@ -1068,7 +1122,7 @@ impl Engine {
                 .ok_or_else(|| violation("returned more credits than it was given"))?;
         }
         if frame.msg.consumes_credit() {
-            let cost = self.cfg.credit_cost((bytes.len() - hl) as u64);
+            let cost = self.cfg.credit_cost((len_all - hl) as u64);
             self.consumed(from, cost);
         }
         let mut deliver = None;
@@ -1151,7 +1205,10 @@ impl Engine {
                     self.ctrl(from, Ctrl::Nack { i });
                 } else {
                     let data = match body {
-                        Body::Eager => UData::Eager(bytes[hl..].to_vec()),
+                        Body::Eager => UData::Eager(
+                            bytes.expect("handle_head hands over matched sends only")[hl..]
+                                .to_vec(),
+                        ),
                         Body::Rndv(src) => UData::Rndv(src),
                         Body::GetNow(src) => {
                             let xfer = XferId(self.id());

@@ -74,6 +74,25 @@ impl Posted {
         None
     }
 
+    /// Whether some posted receive matches a message (what [`Posted::take_match`]
+    /// would find), without changing anything.
+    pub fn has_match(&self, ctx: Ctx, src: Rank, tag: Tag) -> bool {
+        let live = |key: &(Ctx, Source, TagSel)| {
+            self.buckets
+                .get(key)
+                .is_some_and(|q| q.iter().any(|h| !self.dead.contains_key(h)))
+        };
+        live(&(ctx, Source::Rank(src), TagSel::Tag(tag)))
+            || self.wild > 0
+                && [
+                    (ctx, Source::Rank(src), TagSel::Any),
+                    (ctx, Source::Any, TagSel::Tag(tag)),
+                    (ctx, Source::Any, TagSel::Any),
+                ]
+                .iter()
+                .any(live)
+    }
+
     /// Removes and returns the earliest posted receive matching a message.
     pub fn take_match(&mut self, ctx: Ctx, src: Rank, tag: Tag) -> Option<u64> {
         let exact = (ctx, Source::Rank(src), TagSel::Tag(tag));

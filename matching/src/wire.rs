@@ -423,11 +423,23 @@ fn decode_small_eager(bytes: &[u8]) -> Option<(Frame, usize)> {
 pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
     match decode_small_eager(bytes) {
         Some(f) => Ok(f),
-        None => decode_any(bytes),
+        None => decode_any(bytes, bytes.len()),
     }
 }
 
-fn decode_any(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
+/// [`decode`] for a message of `len` bytes of which only the first ones, `head`, have
+/// arrived (they must hold the whole header): the same result as `decode` of the whole
+/// message.
+pub fn decode_head(head: &[u8], len: usize) -> Result<(Frame, usize), WireError> {
+    if head.len() > len {
+        return Err(WireError::TrailingBytes(len));
+    }
+    decode_any(head, len)
+}
+
+/// Decodes the header at the start of `bytes`, the first bytes of a message of
+/// `total` bytes.
+fn decode_any(bytes: &[u8], total: usize) -> Result<(Frame, usize), WireError> {
     let mut r = Reader { b: bytes, pos: 0 };
     let v = r.byte()?;
     if v != VERSION {
@@ -514,7 +526,7 @@ fn decode_any(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
         other => return Err(WireError::Kind(other)),
     };
     let hl = r.pos;
-    let rest = (bytes.len() - hl) as u64;
+    let rest = (total - hl) as u64;
     match msg {
         Ctrl::SendReq {
             len,
@@ -584,9 +596,9 @@ mod tests {
             b.truncate((next() % 512) as usize + 6);
             if let Some(f) = decode_small_eager(&b) {
                 fast += 1;
-                assert_eq!(decode_any(&b), Ok(f), "{b:?}");
+                assert_eq!(decode_any(&b, b.len()), Ok(f), "{b:?}");
             }
-            assert_eq!(decode(&b), decode_any(&b), "{b:?}");
+            assert_eq!(decode(&b), decode_any(&b, b.len()), "{b:?}");
         }
         assert!(fast > 10_000, "the fast path ran {fast} times");
     }

@@ -71,6 +71,14 @@ struct World {
     queued: HashMap<(Rank, Rank), u64>,
     delivered: HashMap<(Rank, Rank), u64>,
     seed: u8,
+    /// Frames that `handle_head` delivered from their first bytes.
+    early: u64,
+}
+
+/// The bytes of a message still arriving that a transport always has (the shared
+/// memory transport's `STREAM_HEAD`).
+fn transport_head() -> usize {
+    256
 }
 
 impl World {
@@ -91,6 +99,7 @@ impl World {
             queued: HashMap::new(),
             delivered: HashMap::new(),
             seed: 0,
+            early: 0,
         }
     }
 
@@ -409,7 +418,26 @@ impl World {
                 .any(|p| (p.rank, p.to) == (from, to) && !p.landed && p.at <= index),
             "driver: frame {index} on {from}->{to} delivered before an earlier write landed"
         );
+        // `handle_head` on the first bytes only (a message still arriving) either
+        // leaves the engine untouched or does exactly what `handle` does
+        let before = self.eng[to as usize].clone();
+        let mut twin = before.clone();
+        // the least a transport hands over: the header alone
+        let hl = decode(&bytes).map_or(bytes.len().min(transport_head()), |(_, hl)| hl);
+        let early = twin.handle_head(from, &bytes[..hl], bytes.len());
         let res = self.eng[to as usize].handle(from, &bytes);
+        match early {
+            Ok(Some(d)) => {
+                assert_eq!(res.as_ref().ok(), Some(&Some(d)), "handle_head delivered");
+                assert!(
+                    twin == self.eng[to as usize],
+                    "handle_head changed the state alike"
+                );
+                self.early += 1;
+            }
+            Ok(None) => assert!(twin == before, "handle_head changed nothing"),
+            Err(_) => assert!(res.is_err(), "handle_head failed where handle did not"),
+        }
         let res = res.map(|d| {
             if let Some(d) = d {
                 let addr = self.recv_addr[&(to, d.recv)];
@@ -1770,4 +1798,60 @@ fn three_ranks_any_source_any_tag_order() {
     w.assert_received(1, recvs[2], 0, c, 3);
     w.assert_received(1, recvs[3], 2, d, 4);
     assert_eq!(w.stats(1).advertised, 0);
+}
+
+/// A large eager message can be handled from its header alone (`handle_head`) when a
+/// posted receive takes it — exact, wildcard, behind a cancelled receive, truncated —
+/// and is left for the whole message otherwise (unexpected, or not eager). The driver
+/// checks on every frame that the early path does exactly what `handle` does.
+#[test]
+fn handle_head_delivers_only_into_posted_receives() {
+    let c = cfg(|c| {
+        c.eager_limit = 1 << 16;
+        c.matching = MatchingMode::Receiver;
+    });
+    let mut w = World::two(c);
+    // exact receive
+    let r = w.post(1, R0, t(1), 20_000);
+    let s = w.send(0, 1, 1, 20_000, STD);
+    w.run();
+    w.assert_received(1, r, 0, s, 1);
+    assert_eq!(w.early, 1);
+    // a cancelled receive ahead of the live one in its bucket
+    let dead = w.post(1, R0, t(2), 9_000);
+    let live = w.post(1, R0, t(2), 9_000);
+    w.eng[1].cancel_recv(dead).unwrap();
+    w.drain(1);
+    let s = w.send(0, 1, 2, 9_000, STD);
+    w.run();
+    w.assert_received(1, live, 0, s, 2);
+    assert_eq!(w.early, 2);
+    // wildcards, and truncation into a smaller buffer
+    let any = w.post(1, Source::Any, TagSel::Any, 5_000);
+    w.send(0, 1, 3, 12_000, STD);
+    w.run();
+    assert!(matches!(
+        w.recv_done(1, any),
+        Some(RecvOutcome::Received {
+            len: 5_000,
+            truncated_from: Some(12_000),
+            ..
+        })
+    ));
+    assert_eq!(w.early, 3);
+    // unexpected — nothing posted, or only a receive for another tag — so the whole
+    // message is needed
+    for (tag, other) in [(4, None), (5, Some(6))] {
+        let other = other.map(|o| w.post(1, R0, t(o), 30_000));
+        let s = w.send(0, 1, tag, 30_000, STD);
+        w.run();
+        assert_eq!(w.early, 3);
+        let r = w.post(1, R0, t(tag), 30_000);
+        w.run();
+        w.assert_received(1, r, 0, s, tag);
+        if let Some(o) = other {
+            w.eng[1].cancel_recv(o).unwrap();
+            w.drain(1);
+        }
+    }
 }

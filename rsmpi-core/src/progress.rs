@@ -8,7 +8,7 @@ use matching::{Engine, GetInto, Output, RecvId, RecvOutcome, SendId, SendOutcome
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
 use transport::mem::{RegionHost, RegionId, Regions};
-use transport::{Posted, Rank, Transport, TransportError};
+use transport::{Arriving, Incoming, Posted, Rank, Transport, TransportError};
 
 pub(crate) fn to_matching(b: transport::RemoteBuf) -> matching::RemoteBuf {
     matching::RemoteBuf {
@@ -273,16 +273,23 @@ impl State {
             ..
         } = self;
         let mut err = None;
-        let res = transport.poll(32, &mut |from, bytes| match engine.handle(from, bytes) {
-            Ok(Some(d)) => {
-                let dst = recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions));
-                match dst {
+        let res = transport.poll_incoming(32, &mut |from, msg| {
+            let bytes = match msg {
+                Incoming::Whole(bytes) => bytes,
+                Incoming::Arriving(a) => match Self::arriving(engine, recv_dst, regions, from, a) {
+                    Ok(Some(bytes)) => bytes,
+                    Ok(None) => return,
+                    Err(e) => return err = Some(e),
+                },
+            };
+            match engine.handle(from, bytes) {
+                Ok(Some(d)) => match recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions)) {
                     Some(dst) => dst[..d.range.len()].copy_from_slice(&bytes[d.range]),
                     None => err = Some(format!("no buffer for receive {:?}", d.recv)),
-                }
+                },
+                Ok(None) => {}
+                Err(e) => err = Some(e.to_string()),
             }
-            Ok(None) => {}
-            Err(e) => err = Some(e.to_string()),
         });
         if let Some(e) = err {
             self.fatal("progress", &e);
@@ -291,6 +298,31 @@ impl State {
             Ok(n) => n,
             Err(e) => self.fatal("poll", &e),
         }
+    }
+
+    /// A large message still being copied in: if a posted receive takes it, copies it
+    /// into that receive's buffer as it arrives and returns `None`; otherwise waits for
+    /// all of it and returns it, to be handled as a whole message.
+    #[inline(never)]
+    fn arriving<'a>(
+        engine: &mut Engine,
+        recv_dst: &mut Requests<RecvId, RecvDst>,
+        regions: &mut Regions,
+        from: Rank,
+        a: &'a mut dyn Arriving,
+    ) -> std::result::Result<Option<&'a [u8]>, String> {
+        let early = engine
+            .handle_head(from, a.head(), a.len())
+            .map_err(|e| e.to_string())?;
+        let Some(d) = early else {
+            return a.whole().map(Some).map_err(|e| e.to_string());
+        };
+        let Some(dst) = recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions)) else {
+            return Err(format!("no buffer for receive {:?}", d.recv));
+        };
+        a.copy_out(d.range.start, &mut dst[..d.range.len()])
+            .map(|()| None)
+            .map_err(|e| e.to_string())
     }
 
     /// Collects one-sided operations that finished after they were posted.

@@ -40,15 +40,16 @@
 //! offset 128    ring 0   = inbound ring written by rank 0
 //! + RING_STRIDE ring 1   = inbound ring written by rank 1
 //! ...
-//! ring:  [ control block, 128 B: head (CachePadded<AtomicU64>, consumer-written) ]
-//!        [ data: RING_BYTES = 2 MiB, a byte ring of 64-byte-aligned records     ]
+//! ring:  [ control block, 256 B: head (CachePadded<AtomicU64>, consumer-written), ]
+//!        [   progress (CachePadded<AtomicU64>, producer-written)                   ]
+//!        [ data: RING_BYTES = 2 MiB, a byte ring of 64-byte-aligned records        ]
 //! ```
 //!
 //! A **record** starts on a 64-byte line with an 8-byte header word, followed by the
 //! message bytes (`header ++ payload` of `try_send`), padded to a multiple of 64 bytes:
 //!
 //! ```text
-//! header word: | seq: 47 bits = stream position / 64 | PAD | VALID | len: 15 bits |
+//! header word: | seq: 44 bits = stream position / 64 | STREAM | PAD | VALID | len: 17 bits |
 //! ```
 //!
 //! Positions are monotonic byte counters (`offset = pos % RING_BYTES`); records never
@@ -64,25 +65,44 @@
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
 //! so an empty poll reads one cache line, and an 8..56-byte message is delivered with
-//! one cache-line transfer. After the callback returns it clears the first word of every
-//! *interior* line of the record (so that payload bytes can never be mistaken for a
-//! header in a later lap, where any line may start a record; stale headers are harmless
-//! because their sequence number is from an earlier lap), then publishes the new `head`
-//! with `Release`. The producer writes only the data area and the header words; the
-//! consumer writes only `head` and the interior clears, all ordered by `head`.
+//! one cache-line transfer. Before it releases a record's space it clears the first
+//! word of every *interior* line of the record (so that payload bytes can never be
+//! mistaken for a header in a later lap, where any line may start a record; stale
+//! headers are harmless because their sequence number is from an earlier lap), then
+//! publishes the new `head` with `Release`. A one-line record is released when the
+//! callback returns; longer ones are cleared and released later, when the ring is next
+//! found empty or more than one maximum record ([`HOLD_BYTES`]) is held, so that
+//! the clearing is not between reading a message and answering it. The producer writes only the data area, the header words and
+//! `progress`; the consumer writes only `head` and the interior clears, all ordered by
+//! `head`.
+//!
+//! **Streamed records** (messages of [`STREAM_FROM`] bytes and more): the producer
+//! writes the first [`FRAG`] bytes (they hold the protocol header), stores the stream
+//! position up to which bytes are written in the ring's `progress` word, and publishes
+//! the header word with the STREAM flag; then it writes the rest fragment by fragment,
+//! storing `progress` (`Release`) after each. The consumer hands such a record over at
+//! once ([`Transport::poll_incoming`] gives an [`transport::Incoming::Arriving`]), so
+//! that the receiver copies each fragment into the receive buffer while the sender
+//! copies in the next: the two copies of the ring path overlap. The consumer reads
+//! only below `progress` (`Acquire`), and releases the record only when all of it is
+//! there. Only one record per ring can be incomplete at a time (the producer finishes
+//! each in the call that started it), so one progress word per ring suffices, and as
+//! positions only grow, a value left from an earlier record is never mistaken for
+//! this one's.
 //!
 //! # Capabilities
 //!
 //! * [`Caps::max_ctrl`] = [`MAX_CTRL`] = 64 KiB + 120 bytes (a maximum record is 1026
 //!   lines): eager messages up to 64 KiB travel through the ring, because one copy in
-//!   and one out (about 0.6 µs each for 64 KiB here) beats `process_vm_readv`, which
+//!   and one out — overlapping, for streamed records — beats `process_vm_readv`, which
 //!   costs about 1.7 µs before it copies a byte (docs/performance.md).
-//! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 29: that many messages of *any* sizes up
-//!   to `max_ctrl` always fit in a ring at once (`(29 + 2 pads) * max record <= 2 MiB`);
+//! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 28: that many messages of *any* sizes up
+//!   to `max_ctrl` always fit in a ring at once (`(28 + 2 pads + 1 held) * max record
+//!   <= 2 MiB`);
 //!   smaller messages fit in larger numbers (up to 32 767 one-line records).
-//! * [`Caps::ring_bytes`] = 2 MiB less two maximum records: rsmpi weighs its credits
-//!   by message size against it (one credit per started KiB of payload), so that
-//!   thousands of small control messages can be in flight, not 29.
+//! * [`Caps::ring_bytes`] = 2 MiB less three maximum records (two pads, one held):
+//!   rsmpi weighs its credits by message size against it (one credit per started KiB
+//!   of payload), so that thousands of small control messages can be in flight, not 28.
 //! * `put`/`get`: `true` when the CMA probe succeeded with every peer.
 //!
 //! # One-sided
@@ -114,10 +134,12 @@ use std::ptr::NonNull;
 
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{Mode, OFlags};
-use transport::{check_bounds, Caps, Exchange, Posted, Rank, RemoteBuf, Transport, TransportError};
+use transport::{
+    check_bounds, Caps, Exchange, Incoming, Posted, Rank, RemoteBuf, Transport, TransportError,
+};
 
-use ring::{segment_len, Consumer, Producer, SegmentView};
-pub use ring::{CTRL_SLOTS, MAX_CTRL, RING_BYTES};
+use ring::{segment_len, Consumer, Producer, Record, SegmentView};
+pub use ring::{CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, STREAM_FROM};
 
 /// Exchange key under which each rank publishes its pid (decimal).
 pub const KEY_PID: &str = "shm.pid";
@@ -219,6 +241,100 @@ fn view(map: &MmapRaw, nranks: u32) -> SegmentView {
 }
 
 /// `buf.addr + offset`, or `OutOfBounds` for a descriptor that wraps the address space.
+/// Whether process `pid` exists and has not exited (a zombie counts as gone).
+fn pid_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => {
+            !matches!(stat.rsplit(')').next().map(str::trim_start), Some(s) if s.starts_with(['Z', 'X']))
+        }
+        Err(_) => false,
+    }
+}
+
+/// A streamed record handed to [`Transport::poll_incoming`]'s caller: waits for its
+/// bytes by spinning (the sender is copying them in at that moment), yielding the
+/// CPU after a while and checking now and then that the sender still lives.
+struct Arrival<'a> {
+    s: &'a ring::Stream<'a>,
+    from: Rank,
+    pid: i32,
+}
+
+impl Arrival<'_> {
+    /// Waits until the message's bytes up to `end` have arrived, calling
+    /// `take(a, b)` for each newly arrived range `a..b` from `start` on.
+    fn follow(
+        &self,
+        start: usize,
+        end: usize,
+        mut take: impl FnMut(usize, usize),
+    ) -> Result<(), TransportError> {
+        let mut done = start;
+        let mut idle = 0u32;
+        while done < end {
+            let a = self.s.arrived().min(end);
+            if a > done {
+                take(done, a);
+                done = a;
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < 1 << 12 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                if idle % (1 << 14) == 0 && !pid_alive(self.pid) {
+                    return Err(TransportError::PeerGone(
+                        self.from,
+                        format!("pid {} exited while sending a message", self.pid),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hands a streamed record to `f` as [`Incoming::Arriving`], then waits until all of
+/// it is there (`f` may have taken only part: a truncating receive) so that it can be
+/// released; says why not if it cannot be.
+#[inline(never)]
+fn streamed(
+    f: &mut dyn FnMut(Rank, Incoming<'_>),
+    from: Rank,
+    pid: i32,
+    s: &ring::Stream<'_>,
+) -> Option<TransportError> {
+    let mut a = Arrival { s, from, pid };
+    f(from, Incoming::Arriving(&mut a));
+    a.follow(0, s.len(), |_, _| {}).err()
+}
+
+impl transport::Arriving for Arrival<'_> {
+    fn len(&self) -> usize {
+        self.s.len()
+    }
+
+    fn head(&self) -> &[u8] {
+        self.s.bytes(0, self.s.arrived())
+    }
+
+    fn copy_out(&mut self, offset: usize, dst: &mut [u8]) -> Result<(), TransportError> {
+        let end = offset + dst.len();
+        assert!(end <= self.s.len(), "copy beyond the message");
+        self.follow(offset, end, |a, b| {
+            dst[a - offset..b - offset].copy_from_slice(self.s.bytes(a, b - a))
+        })
+    }
+
+    fn whole(&mut self) -> Result<&[u8], TransportError> {
+        self.follow(0, self.s.len(), |_, _| {})?;
+        Ok(self.s.bytes(0, self.s.len()))
+    }
+}
+
 fn remote_addr(buf: &RemoteBuf, offset: u64) -> Result<u64, TransportError> {
     buf.addr
         .checked_add(buf.len)
@@ -410,16 +526,7 @@ impl ShmTransport {
     /// Whether `peer`'s process still exists (a zombie counts as gone). This is how a
     /// caller waiting on `poll` can notice a dead peer.
     pub fn peer_alive(&self, peer: Rank) -> bool {
-        let Some(pid) = self.peer_pid(peer) else {
-            return false;
-        };
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            // The state follows the parenthesised command name.
-            Ok(stat) => {
-                !matches!(stat.rsplit(')').next().map(str::trim_start), Some(s) if s.starts_with(['Z', 'X']))
-            }
-            Err(_) => false,
-        }
+        self.peer_pid(peer).is_some_and(pid_alive)
     }
 
     fn pid_of(&self, peer: Rank) -> Result<i32, TransportError> {
@@ -450,7 +557,7 @@ impl Transport for ShmTransport {
             ctrl_slots: CTRL_SLOTS,
             // two wrap-around pads (each shorter than a maximum record) may sit in
             // the ring besides the messages
-            ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD,
+            ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD - ring::HOLD_BYTES,
             put: self.cma,
             get: self.cma,
             registers: false,
@@ -484,6 +591,22 @@ impl Transport for ShmTransport {
         max: usize,
         f: &mut dyn FnMut(Rank, &[u8]),
     ) -> Result<usize, TransportError> {
+        let mut err = None;
+        let n = self.poll_incoming(max, &mut |from, m| match m {
+            Incoming::Whole(b) => f(from, b),
+            Incoming::Arriving(a) => match a.whole() {
+                Ok(b) => f(from, b),
+                Err(e) => err = Some(e),
+            },
+        })?;
+        err.map_or(Ok(n), Err)
+    }
+
+    fn poll_incoming(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Rank, Incoming<'_>),
+    ) -> Result<usize, TransportError> {
         // Round robin: one message per sender per turn, starting after the sender that
         // was served last; stop after a full turn with nothing new.
         let n = self.consumers.len();
@@ -492,21 +615,32 @@ impl Transport for ShmTransport {
         let mut s = self.next;
         while got < max && idle < n {
             if !self.consumers[s].ready() {
+                // idle: release the space of records read (Consumer::release)
+                if self.consumers[s].holds() {
+                    self.consumers[s].release();
+                }
                 s = if s + 1 == n { 0 } else { s + 1 };
                 idle += 1;
                 continue;
             }
             let sender = self.local[s];
-            let popped =
-                self.consumers[s]
-                    .pop(|m| f(sender, m))
-                    .map_err(|e| TransportError::Os {
-                        call: "shm ring",
-                        source: io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("ring from rank {sender}: {}", e.0),
-                        ),
-                    })?;
+            let pid = self.pids[s];
+            let mut failed = None;
+            let popped = self.consumers[s]
+                .pop_record(|rec| match rec {
+                    Record::Whole(m) => f(sender, Incoming::Whole(m)),
+                    Record::Streamed(st) => failed = streamed(f, sender, pid, st),
+                })
+                .map_err(|e| TransportError::Os {
+                    call: "shm ring",
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("ring from rank {sender}: {}", e.0),
+                    ),
+                })?;
+            if let Some(e) = failed.take() {
+                return Err(e);
+            }
             s = if s + 1 == n { 0 } else { s + 1 };
             if popped.is_some() {
                 got += 1;

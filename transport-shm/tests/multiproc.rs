@@ -8,9 +8,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use common::{poll_until, stream_exchange};
-use transport::{Exchange, Rank, RemoteBuf, Transport, TransportError};
+use transport::{Exchange, Incoming, Rank, RemoteBuf, Transport, TransportError};
 use transport_shm::testing::{child_env, mark_ran, run_ranks, spawn_ranks, FileExchange, RankEnv};
-use transport_shm::{segment_path, ShmTransport, CTRL_SLOTS, MAX_CTRL};
+use transport_shm::{segment_path, ShmTransport, CTRL_SLOTS, MAX_CTRL, STREAM_FROM};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -124,6 +124,117 @@ fn ring_full_then_progress() {
             assert_eq!(t.poll(usize::MAX, &mut check).unwrap(), 0);
         }
     });
+}
+
+/// Messages from `STREAM_FROM` bytes on come through `poll_incoming` while still
+/// arriving; copied out in pieces, at offsets, or waited for whole, they hold exactly
+/// what was sent, in order, mixed with whole smaller ones.
+#[test]
+fn streamed_messages_copied_out_as_they_arrive() {
+    const N: u64 = 4_000;
+    let len_of = |i: u64| -> usize {
+        let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+        match i % 3 {
+            0 => 8 + (x as usize % 200),
+            _ => STREAM_FROM - 16 + (x as usize % (MAX_CTRL - STREAM_FROM + 16)),
+        }
+    };
+    let byte = |i: u64, j: usize| (i as usize).wrapping_mul(13).wrapping_add(j * 7) as u8;
+    run_ranks(
+        "streamed_messages_copied_out_as_they_arrive",
+        2,
+        TIMEOUT,
+        |env| {
+            let mut t = ShmTransport::new(&mut env.exchange()).unwrap();
+            if env.rank == 0 {
+                let end = Instant::now() + Duration::from_secs(100);
+                for i in 0..N {
+                    let body: Vec<u8> = (8..len_of(i)).map(|j| byte(i, j)).collect();
+                    loop {
+                        match t.try_send(1, &i.to_le_bytes(), &body) {
+                            Ok(()) => break,
+                            Err(TransportError::Full(1)) => std::thread::yield_now(),
+                            Err(e) => panic!("{e}"),
+                        }
+                        assert!(Instant::now() < end, "stuck at message {i}");
+                    }
+                    // every other message waits for its acknowledgement, so that the
+                    // receiver is polling when the next one starts to arrive
+                    if i % 2 == 1 {
+                        let got = std::cell::Cell::new(false);
+                        while !got.get() {
+                            t.poll(1, &mut |_, m| got.set(m == b"ack")).unwrap();
+                            assert!(Instant::now() < end, "no acknowledgement of {i}");
+                        }
+                    }
+                }
+            } else {
+                let mut k = 0u64;
+                let (mut early, mut acked) = (0, 0);
+                let end = Instant::now() + Duration::from_secs(100);
+                while k < N {
+                    t.poll_incoming(5, &mut |from, m| {
+                        assert_eq!(from, 0);
+                        let len = len_of(k);
+                        let want = |j: usize| {
+                            if j < 8 {
+                                k.to_le_bytes()[j]
+                            } else {
+                                byte(k, j)
+                            }
+                        };
+                        match m {
+                            Incoming::Whole(b) => {
+                                assert!(len < STREAM_FROM, "message {k} of {len} B came whole");
+                                assert_eq!(b.len(), len);
+                                assert!(b.iter().enumerate().all(|(j, &x)| x == want(j)));
+                            }
+                            Incoming::Arriving(a) => {
+                                assert!(len >= STREAM_FROM, "message {k} of {len} B streamed");
+                                assert_eq!(a.len(), len);
+                                let head = a.head();
+                                assert!(head.len() >= transport::STREAM_HEAD && head.len() <= len);
+                                if head.len() < len {
+                                    early += 1;
+                                }
+                                assert_eq!(head[..8], k.to_le_bytes());
+                                if k % 2 == 0 {
+                                    // a piece from an offset, as a truncating receive copies
+                                    let off = 100 + (k as usize % 1000);
+                                    let mut dst = vec![0u8; len - off - 50];
+                                    a.copy_out(off, &mut dst).unwrap();
+                                    assert!(dst
+                                        .iter()
+                                        .enumerate()
+                                        .all(|(j, &x)| x == want(off + j)));
+                                } else {
+                                    let b = a.whole().unwrap();
+                                    assert_eq!(b.len(), len);
+                                    assert!(b.iter().enumerate().all(|(j, &x)| x == want(j)));
+                                }
+                            }
+                        }
+                        k += 1;
+                    })
+                    .unwrap();
+                    while acked < k / 2 {
+                        acked += 1;
+                        while t.try_send(0, b"ack", b"").is_err() {
+                            std::thread::yield_now();
+                        }
+                    }
+                    assert!(Instant::now() < end, "got {k} of {N}");
+                }
+                eprintln!("{early} streamed messages were handed over before all of them arrived");
+                std::thread::sleep(Duration::from_millis(50));
+                assert_eq!(
+                    t.poll(usize::MAX, &mut |_, _| panic!("extra message"))
+                        .unwrap(),
+                    0
+                );
+            }
+        },
+    );
 }
 
 fn remote_buf(ex: &mut FileExchange, r: Rank) -> RemoteBuf {

@@ -195,6 +195,22 @@ pub trait Transport {
     fn poll(&mut self, max: usize, f: &mut dyn FnMut(Rank, &[u8]))
         -> Result<usize, TransportError>;
 
+    /// [`Transport::poll`] for callers that can use a message before all of it has
+    /// arrived: a transport that streams large messages (shared memory, from a few
+    /// KiB) hands those over as [`Incoming::Arriving`] as soon as
+    /// their first bytes are there, so that the caller's copy out of the channel
+    /// overlaps the sender's copy into it. Everything else, and everything from
+    /// transports that keep the default, comes as [`Incoming::Whole`]. Order and
+    /// exactly-once delivery are as for `poll`; the message is released when `f`
+    /// returns (after the transport has waited for the rest of it).
+    fn poll_incoming(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Rank, Incoming<'_>),
+    ) -> Result<usize, TransportError> {
+        self.poll(max, &mut |from, bytes| f(from, Incoming::Whole(bytes)))
+    }
+
     /// Exposes `len` bytes at local address `addr` for one-sided access by peers and
     /// returns the descriptor to advertise. For shared memory this is the address
     /// itself; network transports register the memory, which can fail (for example
@@ -248,6 +264,40 @@ pub trait Transport {
         Ok(0)
     }
 }
+
+/// One incoming control message, as [`Transport::poll_incoming`] hands it over.
+pub enum Incoming<'a> {
+    /// All of the message.
+    Whole(&'a [u8]),
+    /// A message whose bytes are still being written by the sender.
+    Arriving(&'a mut dyn Arriving),
+}
+
+/// A control message that is still arriving (see [`Transport::poll_incoming`]).
+///
+/// Its bytes arrive in order, and the sender is already writing them: every wait
+/// below ends as soon as the sender's copy gets there, unless the sender dies, which
+/// the transport reports as [`TransportError::PeerGone`].
+pub trait Arriving {
+    /// Length of the whole message (header and payload).
+    fn len(&self) -> usize;
+    /// Whether the message is empty (never, for a streamed message).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The bytes that have arrived so far: at least the first
+    /// `min(len, STREAM_HEAD)` bytes, which hold any protocol header.
+    fn head(&self) -> &[u8];
+    /// Copies the message's bytes `offset .. offset + dst.len()` into `dst` as they
+    /// arrive, overlapping with the sender's copy.
+    fn copy_out(&mut self, offset: usize, dst: &mut [u8]) -> Result<(), TransportError>;
+    /// Waits for the whole message and returns it.
+    fn whole(&mut self) -> Result<&[u8], TransportError>;
+}
+
+/// Bytes at the start of an [`Arriving`] message that are always there when it is
+/// handed over: enough for any protocol header.
+pub const STREAM_HEAD: usize = 256;
 
 /// The start-up key-value exchange a transport uses to find its peers (the launcher's
 /// or PMI's). Keys are per rank: `publish` stores under this rank, `lookup` reads what

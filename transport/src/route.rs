@@ -35,7 +35,7 @@
 //! assert_eq!(t.route(3), Some(1));
 //! ```
 
-use crate::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
+use crate::{Caps, Incoming, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 /// Routes every peer to one of several transports. Each part is a whole transport of
 /// the job (same rank and size) that reaches at least the peers routed to it; the
@@ -157,6 +157,21 @@ impl Transport for Routed {
                 break;
             }
             got += p.poll(max - got, f)?;
+        }
+        Ok(got)
+    }
+
+    fn poll_incoming(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(Rank, Incoming<'_>),
+    ) -> Result<usize, TransportError> {
+        let mut got = 0;
+        for p in &mut self.parts {
+            if got >= max {
+                break;
+            }
+            got += p.poll_incoming(max - got, f)?;
         }
         Ok(got)
     }

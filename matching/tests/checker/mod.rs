@@ -656,7 +656,43 @@ impl Step<'_> {
                 for x in self.w.writes.iter_mut().filter(|x| x.c as usize == c) {
                     x.ahead = x.ahead.checked_sub(1).expect("write behind the head");
                 }
+                // an eager send still arriving (only its header there) is handled early
+                // exactly when `handle` delivers it, and then to the same effect
+                let early = match wire::decode(&bytes) {
+                    Ok((
+                        wire::Frame {
+                            msg:
+                                wire::Ctrl::SendReq {
+                                    body: wire::Body::Eager,
+                                    ..
+                                },
+                            ..
+                        },
+                        hl,
+                    )) => {
+                        let pre = self.w.eng[to as usize].clone();
+                        let mut twin = pre.clone();
+                        let d = twin.handle_head(from, &bytes[..hl], bytes.len());
+                        Some((pre, twin, d))
+                    }
+                    _ => None,
+                };
                 let res = self.w.eng[to as usize].handle(from, &bytes);
+                if let Some((pre, twin, d)) = early {
+                    let same = match &d {
+                        Ok(Some(_)) => {
+                            res.as_ref().ok() == d.as_ref().ok() && twin == self.w.eng[to as usize]
+                        }
+                        Ok(None) => twin == pre && !matches!(res, Ok(Some(_))),
+                        Err(_) => res.is_err(),
+                    };
+                    if !same {
+                        self.v(
+                            "HEAD",
+                            format!("rank {to}: handle_head gave {d:?}, handle {res:?}"),
+                        );
+                    }
+                }
                 if let Some(l) = &mut self.log {
                     l.push(format!(
                         "rank {to} processes {:?} from {from}",
