@@ -72,9 +72,9 @@
 //! publishes the new `head` with `Release`. A one-line record is released when the
 //! callback returns; longer ones are cleared and released later, when the ring is next
 //! found empty or more than one maximum record ([`HOLD_BYTES`]) is held, so that
-//! the clearing is not between reading a message and answering it. The producer writes only the data area, the header words and
-//! `progress`; the consumer writes only `head` and the interior clears, all ordered by
-//! `head`.
+//! the clearing is not between reading a message and answering it. The producer
+//! writes only the data area, the header words and `progress`; the consumer writes
+//! only `head` and the interior clears, all ordered by `head`.
 //!
 //! **Streamed records** (messages of [`STREAM_FROM`] bytes and more): the producer
 //! writes the first [`FRAG`] bytes (they hold the protocol header), stores the stream
@@ -240,7 +240,6 @@ fn view(map: &MmapRaw, nranks: u32) -> SegmentView {
     unsafe { SegmentView::from_raw(base, nranks) }
 }
 
-/// `buf.addr + offset`, or `OutOfBounds` for a descriptor that wraps the address space.
 /// Whether process `pid` exists and has not exited (a zombie counts as gone).
 fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -335,6 +334,7 @@ impl transport::Arriving for Arrival<'_> {
     }
 }
 
+/// `buf.addr + offset`, or `OutOfBounds` for a descriptor that wraps the address space.
 fn remote_addr(buf: &RemoteBuf, offset: u64) -> Result<u64, TransportError> {
     buf.addr
         .checked_add(buf.len)

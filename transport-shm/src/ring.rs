@@ -27,7 +27,7 @@ pub const RING_BYTES: usize = 2 << 20;
 /// `(CTRL_SLOTS + 2) * MAX_RECORD + HOLD_BYTES <= RING_BYTES`.
 pub const CTRL_SLOTS: usize = RING_BYTES / MAX_RECORD - 3;
 /// Bytes of records already read that a consumer may keep before releasing their
-/// space ([`Consumer::release`]).
+/// space (the consumer clears and releases them when its ring is next empty).
 pub const HOLD_BYTES: usize = MAX_RECORD;
 
 /// Bytes reserved for the segment header at the start of a segment.

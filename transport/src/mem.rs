@@ -371,7 +371,7 @@ impl<H: RegionHost> Drop for Lent<'_, H> {
 }
 
 /// A scope that never ends, for buffers borrowed for `'static` (`StaticScope`
-/// requests): its regions stay lent until [`Scope::reclaim`] takes them back. One
+/// requests): its regions stay lent until [`Loan::reclaim`] takes them back. One
 /// small allocation is leaked per call; callers keep one per thread.
 pub fn leak_scope<H: RegionHost>(host: &'static H) -> &'static Scope<'static, 'static, H> {
     Box::leak(Box::new(Scope {
