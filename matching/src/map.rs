@@ -250,7 +250,19 @@ impl<K: Eq + Hash, V> Default for OneMap<K, V> {
 }
 
 impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
+    /// Inserts `v` under `k`; the value it replaces.
+    #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        // the common case, kept small enough to inline into every caller
+        if self.one.is_none() && self.rest.is_empty() {
+            self.one = Some((k, v));
+            return None;
+        }
+        self.insert_more(k, v)
+    }
+
+    #[inline(never)]
+    fn insert_more(&mut self, k: K, v: V) -> Option<V> {
         match &mut self.one {
             Some((k1, v1)) if *k1 == k => Some(std::mem::replace(v1, v)),
             Some(_) => self.rest.insert(k, v),
@@ -282,10 +294,17 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         self.get(k).is_some()
     }
 
+    /// Removes and returns the value under `k`.
+    #[inline]
     pub fn remove(&mut self, k: &K) -> Option<V> {
         if matches!(&self.one, Some((k1, _)) if k1 == k) {
             return self.one.take().map(|(_, v)| v);
         }
+        self.remove_more(k)
+    }
+
+    #[inline(never)]
+    fn remove_more(&mut self, k: &K) -> Option<V> {
         if self.rest.is_empty() {
             return None;
         }

@@ -52,6 +52,8 @@ pub enum Error {
     AlreadyInitialized,
     #[error("transport failure: {0}")]
     Transport(String),
+    #[error("invalid setting: {0}")]
+    Setting(String),
 }
 
 impl Error {
@@ -67,7 +69,9 @@ impl Error {
             Error::Request(_) => ErrorClass::Request,
             Error::Comm(_) => ErrorClass::Comm,
             Error::Type(_) => ErrorClass::Type,
-            Error::NotInitialized | Error::AlreadyInitialized => ErrorClass::Other,
+            Error::NotInitialized | Error::AlreadyInitialized | Error::Setting(_) => {
+                ErrorClass::Other
+            }
             Error::Transport(_) => ErrorClass::Intern,
         }
     }

@@ -49,6 +49,7 @@ mod progress;
 pub mod request;
 mod select;
 pub mod topology;
+pub mod trace;
 
 pub use datatype::{Address, Buffer, BufferMut, Count, Equivalence, MutView, UserDatatype, View};
 pub use environment::{

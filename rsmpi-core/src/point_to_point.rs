@@ -23,6 +23,7 @@ use crate::topology::{
     fail, AnyProcess, AsCommunicator, Communicator, CommunicatorRelation, Process, Rank,
     SimpleCommunicator, PROC_NULL,
 };
+use crate::trace::{self, format::Op};
 use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
 use std::borrow::Cow;
 use transport::mem::RegionId;
@@ -137,6 +138,9 @@ pub(crate) fn start_send(
         buf: progress::to_matching(buf),
     };
     let id = s.engine.start_send(spec)?;
+    if let Some(t) = s.trace.as_deref_mut() {
+        t.send(dest, ctx, tag, len as u64);
+    }
     if registered {
         s.exposed(Key::Send(id), buf);
     }
@@ -167,6 +171,9 @@ pub(crate) fn start_recv(
         buf: Some(progress::to_matching(buf)),
     };
     let id = s.engine.post_recv(spec)?;
+    if let Some(t) = s.trace.as_deref_mut() {
+        t.posted(id, ctx);
+    }
     if registered {
         s.exposed(Key::Recv(id), buf);
     }
@@ -191,6 +198,12 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
+    let _t = trace::call(match mode {
+        SendMode::Standard => Op::Send,
+        SendMode::Buffered => Op::Bsend,
+        SendMode::Synchronous => Op::Ssend,
+        SendMode::Ready => Op::Rsend,
+    });
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
     let dest = progress::try_with(|s| -> Result<Option<u32>> {
@@ -223,6 +236,7 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
     tag: Option<Tag>,
     buf: &mut B,
 ) -> Result<Status> {
+    let _t = trace::call(Op::Recv);
     let (src, tag) = (source(comm, src)?, tagsel(tag)?);
     let Some(src) = src else {
         return Ok(Status::proc_null());
@@ -291,6 +305,12 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
+    let _t = trace::call(match mode {
+        SendMode::Standard => Op::Isend,
+        SendMode::Buffered => Op::Ibsend,
+        SendMode::Synchronous => Op::Issend,
+        SendMode::Ready => Op::Irsend,
+    });
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };
@@ -319,6 +339,7 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
+    let _t = trace::call(Op::Irecv);
     let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
@@ -361,6 +382,15 @@ fn iprobe(
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<Option<Status>> {
+    let _t = trace::call(Op::Iprobe);
+    iprobe_once(comm, src, tag)
+}
+
+fn iprobe_once(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<Option<Status>> {
     let (src, tag) = (source(comm, src)?, tagsel(tag)?);
     let Some(src) = src else {
         return Ok(Some(Status::proc_null()));
@@ -379,9 +409,10 @@ fn iprobe(
 }
 
 fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Result<Status> {
+    let _t = trace::call(Op::Probe);
     let mut backoff = progress::Backoff::new();
     loop {
-        if let Some(s) = iprobe(comm, src, tag)? {
+        if let Some(s) = iprobe_once(comm, src, tag)? {
             return Ok(s);
         }
         backoff.idle();
@@ -389,6 +420,15 @@ fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Resu
 }
 
 fn improbe(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+) -> Result<Option<(Message, Status)>> {
+    let _t = trace::call(Op::Improbe);
+    improbe_once(comm, src, tag)
+}
+
+fn improbe_once(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
@@ -416,9 +456,10 @@ fn mprobe(
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<(Message, Status)> {
+    let _t = trace::call(Op::Mprobe);
     let mut backoff = progress::Backoff::new();
     loop {
-        if let Some(m) = improbe(comm, src, tag)? {
+        if let Some(m) = improbe_once(comm, src, tag)? {
             return Ok(m);
         }
         backoff.idle();
@@ -430,6 +471,7 @@ fn receive_vec<T: Equivalence>(
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<(Vec<T>, Status)> {
+    let _t = trace::call(Op::Recv);
     let (msg, st) = mprobe(comm, src, tag)?;
     msg.receive_vec(st)
 }
@@ -952,6 +994,7 @@ impl Message {
         scope: Sc,
         buf: &'a mut B,
     ) -> Request<'a, B, Sc> {
+        let _t = trace::call(Op::Mrecv);
         let Some(id) = self.id else {
             return Request::new(done_pending(None), Data::Shared(buf));
         };
@@ -960,6 +1003,9 @@ impl Message {
             progress::with(|s| -> Result<Key> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
+                if let Some(t) = s.trace.as_deref_mut() {
+                    t.posted(r, ctx);
+                }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
                 }
@@ -985,6 +1031,7 @@ impl Message {
 
     /// [`Self::matched_receive_into`] returning errors.
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
+        let _t = trace::call(Op::Mrecv);
         let Some(id) = self.id else {
             return Ok(Status::proc_null());
         };
@@ -993,6 +1040,9 @@ impl Message {
             progress::with(|s| -> Result<(Key, u64)> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
+                if let Some(t) = s.trace.as_deref_mut() {
+                    t.posted(r, ctx);
+                }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
                 }
@@ -1136,6 +1186,7 @@ where
 }
 
 fn sendrecv<M, B, D, S>(
+    op: Op,
     msg: &M,
     destination: &D,
     sendtag: Tag,
@@ -1149,6 +1200,7 @@ where
     D: Destination + ?Sized,
     S: Source + ?Sized,
 {
+    let _t = trace::call(op);
     let comm = same_comm(destination, source);
     let (_, src) = source.rsmpi_source();
     let dest = destination.rsmpi_destination().1;
@@ -1175,7 +1227,15 @@ where
     B: BufferMut + ?Sized,
     S: Source,
 {
-    sendrecv(msg, destination, sendtag, buf, source, Some(receivetag))
+    sendrecv(
+        Op::Sendrecv,
+        msg,
+        destination,
+        sendtag,
+        buf,
+        source,
+        Some(receivetag),
+    )
 }
 
 /// `MPI_Sendrecv` into a buffer (send tag 0, any receive tag).
@@ -1186,7 +1246,7 @@ where
     B: BufferMut + ?Sized,
     S: Source,
 {
-    sendrecv(msg, destination, 0, buf, source, None)
+    sendrecv(Op::Sendrecv, msg, destination, 0, buf, source, None)
 }
 
 /// `MPI_Sendrecv_replace`, with tags.
@@ -1206,6 +1266,7 @@ where
         .unwrap_or_else(|e| fail("sendrecv", e))
         .into_owned();
     sendrecv(
+        Op::SendrecvReplace,
         &out[..],
         destination,
         sendtag,
@@ -1225,7 +1286,15 @@ where
     let out = Buffer::rsmpi_send(buf)
         .unwrap_or_else(|e| fail("sendrecv", e))
         .into_owned();
-    sendrecv(&out[..], destination, 0, buf, source, None)
+    sendrecv(
+        Op::SendrecvReplace,
+        &out[..],
+        destination,
+        0,
+        buf,
+        source,
+        None,
+    )
 }
 
 impl SimpleCommunicator {

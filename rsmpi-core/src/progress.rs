@@ -174,6 +174,8 @@ pub(crate) struct State {
     /// Reads the transport reported [`transport::Posted::Pending`], by token, with the
     /// staging buffer they fill (kept here, unmoved, until the read completes).
     pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
+    /// The tracer, while `RSMPI_TRACE` is on (`crate::trace`).
+    pub trace: Option<Box<crate::trace::Tracer>>,
 }
 
 /// The token of a one-sided operation: a send's put or a transfer's read.
@@ -391,6 +393,9 @@ impl State {
         let Some((header, len)) = self.engine.send_now(&spec)? else {
             return Ok(false);
         };
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.send(dest, ctx, tag, bytes.len() as u64);
+        }
         let mut spins = 0u32;
         loop {
             match self
@@ -590,6 +595,9 @@ impl State {
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
+                    if let Some(t) = self.trace.as_deref_mut() {
+                        t.received(recv, &outcome);
+                    }
                     match self.recv_dst.remove(&recv) {
                         Some(RecvDst::Region(r)) => self.by_region.remove(&r),
                         Some(RecvDst::Slice(..)) => {}

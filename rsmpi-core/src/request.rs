@@ -188,6 +188,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// Waits for completion and returns the request's buffer (for a receive: the
     /// data received).
     pub fn wait_for_data(self) -> &'a D {
+        let _t = crate::trace::call(crate::trace::format::Op::Wait);
         let d = self.wait_done();
         let (st, d) = self.complete(d);
         st.unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -197,6 +198,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// Waits for completion and returns errors (truncation, ready send without a
     /// receive) to the caller.
     pub fn try_wait(self) -> Result<Status> {
+        let _t = crate::trace::call(crate::trace::format::Op::Wait);
         let d = self.wait_done();
         self.complete_status(d)
     }
@@ -215,6 +217,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     where
         D: 'a,
     {
+        let _t = crate::trace::call(crate::trace::format::Op::Test);
         match progress::test(self.pending.key) {
             Some(d) => {
                 let (st, data) = self.complete(d);
@@ -447,12 +450,14 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     /// `MPI_Testany`: one completed request, if any.
     pub fn test_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        let _t = crate::trace::call(crate::trace::format::Op::Testany);
         progress_once();
         (0..self.requests.len()).find_map(|i| self.take_done(i))
     }
 
     /// `MPI_Waitany`: waits for one request; `None` once all are complete.
     pub fn wait_any(&mut self) -> Option<(usize, Status, &'a D)> {
+        let _t = crate::trace::call(crate::trace::format::Op::Waitany);
         let mut backoff = progress::Backoff::new();
         while self.incomplete() > 0 {
             if let Some(x) = self.test_any() {
@@ -465,6 +470,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     /// `MPI_Testsome`: appends every completed request to `result`.
     pub fn test_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        let _t = crate::trace::call(crate::trace::format::Op::Testsome);
         result.clear();
         progress_once();
         for i in 0..self.requests.len() {
@@ -475,6 +481,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// `MPI_Waitsome`: waits until at least one request completes (unless none is
     /// left) and appends the completed ones to `result`.
     pub fn wait_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        let _t = crate::trace::call(crate::trace::format::Op::Waitsome);
         let mut backoff = progress::Backoff::new();
         loop {
             self.test_some(result);
@@ -487,6 +494,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     /// `MPI_Waitall`: waits for every request, appending them to `result`.
     pub fn wait_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
+        let _t = crate::trace::call(crate::trace::format::Op::Waitall);
         result.clear();
         for i in 0..self.requests.len() {
             if let Some(r) = self.requests[i].take() {
@@ -501,6 +509,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// `MPI_Testall`: if every request is complete, appends them all to `result`
     /// and returns true; otherwise changes nothing and returns false.
     pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
+        let _t = crate::trace::call(crate::trace::format::Op::Testall);
         result.clear();
         progress_once();
         let all = progress::with(|s| {
@@ -523,6 +532,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 pub fn wait_any<'a, D: ?Sized, S>(
     requests: &mut Vec<Request<'a, D, S>>,
 ) -> Option<(usize, Status)> {
+    let _t = crate::trace::call(crate::trace::format::Op::Waitany);
     if requests.is_empty() {
         return None;
     }
@@ -575,6 +585,7 @@ pub enum TestAny {
 
 /// `MPI_Testany` over a slice whose inactive entries are `None`.
 pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny {
+    let _t = crate::trace::call(crate::trace::format::Op::Testany);
     if reqs.iter().all(Option::is_none) {
         return TestAny::Inactive;
     }
@@ -591,6 +602,7 @@ pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny
 pub fn wait_any_of<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<(usize, Status)> {
+    let _t = crate::trace::call(crate::trace::format::Op::Waitany);
     let mut backoff = progress::Backoff::new();
     loop {
         match test_any(reqs) {
@@ -603,6 +615,7 @@ pub fn wait_any_of<D: ?Sized, S>(
 
 /// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
 pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
+    let _t = crate::trace::call(crate::trace::format::Op::Testsome);
     progress_once();
     (0..reqs.len())
         .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
@@ -612,6 +625,7 @@ pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
 /// inactive: then returns an empty vector at once).
 pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
+    let _t = crate::trace::call(crate::trace::format::Op::Waitsome);
     let mut backoff = progress::Backoff::new();
     loop {
         if reqs.iter().all(Option::is_none) {
@@ -630,6 +644,7 @@ pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 pub fn test_all<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<Vec<Option<Status>>> {
+    let _t = crate::trace::call(crate::trace::format::Op::Testall);
     progress_once();
     let all = progress::with(|s| {
         reqs.iter()
@@ -641,6 +656,7 @@ pub fn test_all<D: ?Sized, S>(
 
 /// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
 pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
+    let _t = crate::trace::call(crate::trace::format::Op::Waitall);
     let mut out = vec![None; reqs.len()];
     for (i, r) in reqs.iter_mut().enumerate() {
         if let Some(r) = r.take() {
@@ -672,6 +688,7 @@ impl Persistent<'_> {
 
     /// Waits for the current operation; `None` if it was not started (inactive).
     pub fn wait(&mut self) -> Option<Status> {
+        let _t = crate::trace::call(crate::trace::format::Op::Wait);
         let p = self.active.take()?;
         let d = progress::wait(p.key);
         Some(
@@ -683,6 +700,7 @@ impl Persistent<'_> {
     /// Tests the current operation: `Some(status)` once complete, `None` while
     /// pending or inactive.
     pub fn test(&mut self) -> Option<Status> {
+        let _t = crate::trace::call(crate::trace::format::Op::Test);
         let p = self.active?;
         let d = progress::test(p.key)?;
         self.active = None;

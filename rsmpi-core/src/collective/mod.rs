@@ -65,6 +65,7 @@ fn no_op<'a>() -> Prepared<'a> {
 
 /// Starts `sched` with `input` in the library state; the key of its completion.
 fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp) -> Result<Key> {
+    let _t = crate::trace::call(crate::trace::format::Op::ICollective);
     comm.check_live()?;
     Ok(progress::with(|s| exec::start(s, comm, sched, input, op)))
 }
@@ -123,6 +124,7 @@ fn drive(
     op: Prepared<'_>,
     out: Option<transport::mem::RegionId>,
 ) -> Result<Vec<u8>> {
+    let t = crate::trace::call(crate::trace::format::Op::Collective);
     comm.check_live()?;
     let (kind, user) = op;
     let user = user.as_deref();
@@ -137,7 +139,11 @@ fn drive(
             e.step(s, user)
         })?;
         match out {
-            Some(out) => return Ok(out),
+            Some(out) => {
+                drop(t);
+                crate::trace::after_collective(comm);
+                return Ok(out);
+            }
             None => backoff.idle(),
         }
     }

@@ -1,0 +1,73 @@
+//! `traced ITERS EVERY [sync] [big]`: a program for the tracer's tests
+//! (`tests/trace.rs`), run under `RSMPI_TRACE`. Every iteration shifts a value around
+//! the ring with `sendrecv`; every 8th also sends a 64 KiB message (rendezvous
+//! above the eager limit) to the right and receives one from any source with
+//! `immediate_receive` and `wait_all`, and probes; every `EVERY` iterations the ranks
+//! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
+//! point-to-point-only program). `big` leaves out the large messages and probes
+//! (the memory test wants many small events). Every payload is checked.
+#![forbid(unsafe_code)]
+
+use rsmpi::request;
+use rsmpi::traits::*;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let iters: u64 = args.first().and_then(|a| a.parse().ok()).expect("ITERS");
+    let every: u64 = args.get(1).and_then(|a| a.parse().ok()).expect("EVERY");
+    let sync = args.iter().any(|a| a == "sync");
+    let big = args.iter().any(|a| a == "big");
+    let universe = rsmpi::initialize().expect("init");
+    let world = universe.world();
+    let (me, n) = (world.rank(), world.size());
+    let right = world.process_at_rank((me + 1) % n);
+    let left = world.process_at_rank((me + n - 1) % n);
+    let mut large_in = vec![0u8; 64 << 10];
+    for i in 0..iters {
+        let (got, st): (u64, _) = rsmpi::point_to_point::send_receive_with_tags(
+            &(i * 1000 + me as u64),
+            &right,
+            1,
+            &left,
+            1,
+        );
+        assert_eq!(got, i * 1000 + left.rank() as u64);
+        assert_eq!(st.source_rank(), left.rank());
+        if !big && i % 8 == 0 {
+            let large_out = vec![(i as u8).wrapping_add(me as u8); 64 << 10];
+            request::multiple_scope(2, |sc, coll| {
+                coll.add(world.any_process().immediate_receive_into_with_tag(
+                    sc,
+                    &mut large_in[..],
+                    2,
+                ));
+                coll.add(right.immediate_send_with_tag(sc, &large_out[..], 2));
+                let mut out = Vec::new();
+                coll.wait_all(&mut out);
+            });
+            let from = (me + n - 1) % n;
+            assert!(large_in
+                .iter()
+                .all(|b| *b == (i as u8).wrapping_add(from as u8)));
+            right.send_with_tag(&i, 3);
+            let st = left.probe_with_tag(3);
+            assert_eq!(st.tag(), 3);
+            let (v, _): (u64, _) = left.receive_with_tag(3);
+            assert_eq!(v, i);
+        }
+        if (i + 1) % every == 0 {
+            if sync {
+                rsmpi::trace::sync_point();
+            } else {
+                world.barrier();
+            }
+        }
+    }
+    let mut sum = 0u64;
+    world.all_reduce_into(
+        &(me as u64),
+        &mut sum,
+        rsmpi::collective::SystemOperation::sum(),
+    );
+    assert_eq!(sum, (0..n as u64).sum::<u64>());
+}

@@ -1,0 +1,208 @@
+//! The tracer (`RSMPI_TRACE`, `rsmpi::trace`) on real multi-rank jobs of
+//! `src/bin/traced.rs`: the trace is complete (every call left, every message paired
+//! with its receive, across flushes), its memory stays bounded, every rank flushes at
+//! the same epochs with the same pause, and the Perfetto JSON parses with matched flows.
+
+use rsmpi::trace::{chrome, format, CHUNK};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+const EXE: &str = env!("CARGO_BIN_EXE_traced");
+
+/// Runs `traced args` on `ranks` ranks with `env`; the job's exit status.
+fn job(ranks: u32, args: &[&str], env: &[(&str, &str)]) -> i32 {
+    let mut j = launcher::Job::new(ranks, Path::new(EXE), args.iter().copied());
+    j.timeout = Some(Duration::from_secs(240));
+    j.prefix_output = true;
+    j.forward_signals = false;
+    for (k, v) in env {
+        j.env.push(((*k).into(), (*v).into()));
+    }
+    launcher::run(&j).expect("launch")
+}
+
+fn traced(
+    name: &str,
+    ranks: u32,
+    args: &[&str],
+    soft: &str,
+) -> (std::path::PathBuf, Vec<format::RankTrace>) {
+    let dir = conformance::scratch(name);
+    let d = dir.to_str().expect("utf-8 path");
+    assert_eq!(
+        job(
+            ranks,
+            args,
+            &[("RSMPI_TRACE", d), ("RSMPI_TRACE_SOFT", soft)]
+        ),
+        0
+    );
+    let traces = format::read_dir(&dir, &mut |_, _| {}).expect("read the trace");
+    assert_eq!(traces.len(), ranks as usize);
+    (dir, traces)
+}
+
+fn count(t: &format::RankTrace, k: format::Kind) -> usize {
+    t.records.iter().filter(|r| r.kind == k).count()
+}
+
+#[test]
+fn trace_is_complete_paired_and_converts_to_perfetto_json() {
+    let (dir, traces) = traced("trace-complete", 3, &["600", "25"], "64K");
+    let bad = chrome::check(&traces);
+    assert!(bad.is_empty(), "{bad:#?}");
+    assert!(
+        chrome::unreceived(&traces).is_empty(),
+        "{:?}",
+        chrome::unreceived(&traces)
+    );
+    for t in &traces {
+        // 600 sendrecvs, 75 rounds of Irecv/Isend/Waitall/Send/Probe/Recv, barriers
+        assert!(
+            count(t, format::Kind::Enter) >= 600 + 75 * 6,
+            "rank {}",
+            t.rank
+        );
+        // 600 ring messages + 75 large + 75 probed, plus the collectives' own
+        assert!(count(t, format::Kind::Send) >= 750);
+        assert!(count(t, format::Kind::Recv) >= 750);
+        // the 64 KiB soft threshold is crossed several times: flushes that wrote
+        assert!(count(t, format::Kind::FlushEnd) >= 3, "rank {}", t.rank);
+        assert_eq!(count(t, format::Kind::Unsync), 0);
+        let fin = chrome::finish(t).expect("a Finish record");
+        assert!(fin.d as usize <= (64 << 10) + CHUNK, "peak {} bytes", fin.d);
+        assert_eq!(
+            fin.e as usize,
+            t.records.len(),
+            "records written = records read"
+        );
+        // the sequence numbers of each channel run 0, 1, 2, ... across flushes
+        let mut next: HashMap<(u32, u32, i32), u64> = HashMap::new();
+        for r in t.records.iter().filter(|r| r.kind == format::Kind::Send) {
+            let n = next.entry((r.a, r.c, r.b)).or_insert(0);
+            assert_eq!(r.e, *n);
+            *n += 1;
+        }
+        // the reconstructed timeline never runs backwards
+        let tl = chrome::timeline(t);
+        if let Some(i) = (1..tl.len()).find(|&i| tl[i - 1] > tl[i]) {
+            panic!(
+                "rank {}: time runs backwards at record {i}: {:?} at {} after {:?} at {}",
+                t.rank,
+                t.records[i],
+                tl[i],
+                t.records[i - 1],
+                tl[i - 1]
+            );
+        }
+    }
+    // the JSON: parses, every flow's start has its end, calls balance on each rank
+    let mut out = Vec::new();
+    let s = chrome::write_json(&traces, &mut out, &mut |_| {}).expect("convert");
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+    let evs = v["traceEvents"].as_array().expect("traceEvents");
+    let mut starts = HashMap::new();
+    let mut ends = HashMap::new();
+    let mut depth: HashMap<u64, i64> = HashMap::new();
+    for e in evs {
+        let pid = e["pid"].as_u64().expect("pid");
+        match e["ph"].as_str().expect("ph") {
+            "s" => assert!(starts.insert(e["id"].as_u64().unwrap(), pid).is_none()),
+            "f" => assert!(ends.insert(e["id"].as_u64().unwrap(), pid).is_none()),
+            "B" => *depth.entry(pid).or_default() += 1,
+            "E" => {
+                let d = depth.entry(pid).or_default();
+                *d -= 1;
+                assert!(*d >= 0, "an end before its begin on rank {pid}");
+            }
+            _ => {}
+        }
+    }
+    assert!(depth.values().all(|d| *d == 0), "{depth:?}");
+    assert_eq!(starts.len(), ends.len());
+    assert_eq!(starts.len() as u64, s.flows);
+    assert_eq!(s.flows, s.sends);
+    assert!(starts.keys().all(|id| ends.contains_key(id)));
+    assert!(s.epochs >= 3 && s.paused_ns > 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn trace_memory_stays_under_the_soft_threshold_plus_one_chunk() {
+    // 2 ranks x ~210 000 sendrecvs x 10 records x 40 B: over 100 MiB of events through
+    // a 1 MiB soft threshold
+    let (dir, traces) = traced("trace-bounded", 2, &["135000", "100", "big"], "1M");
+    let bytes: u64 = (0..2)
+        .map(|r| std::fs::metadata(format::rank_file(&dir, r)).unwrap().len())
+        .sum();
+    assert!(bytes >= 100 << 20, "only {} MiB of events", bytes >> 20);
+    assert!(chrome::check(&traces).is_empty());
+    for t in &traces {
+        let fin = chrome::finish(t).expect("a Finish record");
+        assert!(
+            fin.d as usize <= (1 << 20) + CHUNK,
+            "rank {}: peak {} bytes",
+            t.rank,
+            fin.d
+        );
+        assert!(count(t, format::Kind::FlushEnd) >= 40);
+        assert_eq!(count(t, format::Kind::Unsync), 0);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sync_point_flushes_a_point_to_point_program() {
+    let (dir, traces) = traced("trace-sync", 2, &["400", "20", "sync"], "16K");
+    assert!(
+        chrome::check(&traces).is_empty(),
+        "{:?}",
+        chrome::check(&traces)
+    );
+    for t in &traces {
+        assert!(count(t, format::Kind::FlushEnd) >= 2);
+        let syncs = t
+            .records
+            .iter()
+            .filter(|r| r.kind == format::Kind::Enter && r.call() == Some(format::Op::SyncPoint))
+            .count();
+        assert_eq!(syncs, 20);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn hard_cap_writes_alone_and_says_so() {
+    // no collective for 400 iterations, a hard cap of 32 KiB: local writes
+    let dir = conformance::scratch("trace-hard");
+    let d = dir.to_str().unwrap();
+    let env = [
+        ("RSMPI_TRACE", d),
+        ("RSMPI_TRACE_SOFT", "8K"),
+        ("RSMPI_TRACE_HARD", "32K"),
+    ];
+    assert_eq!(job(2, &["400", "1000000"], &env), 0);
+    let traces = format::read_dir(&dir, &mut |_, _| {}).unwrap();
+    assert!(chrome::check(&traces).is_empty());
+    for t in &traces {
+        assert!(count(t, format::Kind::Unsync) >= 2, "rank {}", t.rank);
+        assert!(chrome::finish(t).unwrap().d as usize <= 32 * 1024 + CHUNK);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_trace_settings_end_the_job_with_an_error() {
+    let dir = conformance::scratch("trace-bad");
+    let d = dir.to_str().unwrap();
+    assert_ne!(
+        job(
+            2,
+            &["10", "5"],
+            &[("RSMPI_TRACE", d), ("RSMPI_TRACE_SOFT", "lots")]
+        ),
+        0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

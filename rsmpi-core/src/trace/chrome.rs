@@ -1,0 +1,378 @@
+//! A trace directory to Chrome Trace Event JSON, which Perfetto
+//! (<https://ui.perfetto.dev>) and `chrome://tracing` open: one process per rank,
+//! a slice per MPI call (`B` / `E` events), an arrow per message (flow events `s` /
+//! `f` from the send to the completed receive), on rank 0's clock with the flush
+//! pauses taken out.
+//!
+//! ```no_run
+//! let mut out = std::io::BufWriter::new(std::fs::File::create("trace.json").unwrap());
+//! let summary = rsmpi::trace::chrome::convert(
+//!     std::path::Path::new("/tmp/tr"),
+//!     &mut out,
+//!     &mut |msg| eprintln!("{msg}"),
+//! )
+//! .unwrap();
+//! eprintln!("{} messages, {} paired", summary.sends, summary.flows);
+//! ```
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use super::format::{self, Kind, RankTrace, Record};
+
+/// What a conversion found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub ranks: u32,
+    pub records: u64,
+    /// MPI calls (enter records).
+    pub calls: u64,
+    pub sends: u64,
+    pub recvs: u64,
+    /// Messages whose send and receive were paired (one arrow each).
+    pub flows: u64,
+    /// Flush epochs that wrote (on rank 0).
+    pub epochs: u64,
+    /// Nanoseconds of flush pauses taken out (on rank 0).
+    pub paused_ns: u64,
+}
+
+/// The channel key of a message: (source, destination, context, tag, number).
+type MsgKey = (u32, u32, u32, i32, u64);
+
+/// Reconstructed time of every record of one rank, in ns on rank 0's clock with the
+/// flush pauses removed: a record's time minus the pauses before it plus the clock
+/// offset measured last (at or before it). A new offset can step the clock back by
+/// up to its error; the timeline holds still there rather than run backwards.
+pub fn timeline(t: &RankTrace) -> Vec<i64> {
+    let mut shift = 0i64;
+    let mut offset = 0i64;
+    let mut last = i64::MIN;
+    let mut out = Vec::with_capacity(t.records.len());
+    for r in &t.records {
+        match r.kind {
+            // a pause ends with its record: that record is already on the far side
+            Kind::FlushEnd | Kind::Unsync => shift += r.d as i64,
+            Kind::Clock => offset = r.d as i64,
+            _ => {}
+        }
+        last = last.max(r.ts as i64 - shift + offset);
+        out.push(last);
+    }
+    out
+}
+
+/// Converts the trace in `dir` to JSON on `out`; `progress` gets a line now and then.
+pub fn convert(
+    dir: &Path,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<Summary> {
+    let traces = format::read_dir(dir, &mut |done, total| {
+        progress(&format!(
+            "read {} of {} MiB",
+            done >> 20,
+            (total >> 20).max(1)
+        ))
+    })?;
+    write_json(&traces, out, progress)
+}
+
+/// Converts traces already read.
+pub fn write_json(
+    traces: &[RankTrace],
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<Summary> {
+    let mut s = Summary {
+        ranks: traces.len() as u32,
+        ..Summary::default()
+    };
+    // the arrows: every send gets an id, the receive with the same key takes it
+    let mut ids: HashMap<MsgKey, u64> = HashMap::new();
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
+            let id = ids.len() as u64;
+            ids.insert((t.rank, r.a, r.c, r.b, r.e), id);
+        }
+    }
+    let mut received: HashMap<u64, ()> = HashMap::new();
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
+            if let Some(id) = ids.get(&(r.a, t.rank, r.c, r.b, r.e)) {
+                received.insert(*id, ());
+            }
+        }
+    }
+    let total: u64 = traces.iter().map(|t| t.records.len() as u64).sum();
+    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+    let mut first = true;
+    let mut ev = |out: &mut dyn Write, line: String| -> io::Result<()> {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        out.write_all(line.as_bytes())
+    };
+    for t in traces {
+        let pid = t.rank;
+        ev(
+            out,
+            format!(
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":\"rank {pid}\"}}}}"
+            ),
+        )?;
+        ev(
+            out,
+            format!("{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{pid},\"args\":{{\"sort_index\":{pid}}}}}"),
+        )?;
+        let times = timeline(t);
+        for (r, &ns) in t.records.iter().zip(&times) {
+            s.records += 1;
+            if s.records.is_multiple_of(1 << 20) {
+                progress(&format!("converted {} of {} records", s.records, total));
+            }
+            let ts = us(ns);
+            let line = match r.kind {
+                Kind::Enter | Kind::Leave => {
+                    if r.kind == Kind::Enter {
+                        s.calls += 1;
+                    }
+                    let name = r.call().map_or("?", |o| o.name());
+                    let ph = if r.kind == Kind::Enter { 'B' } else { 'E' };
+                    format!("{{\"ph\":\"{ph}\",\"name\":\"{name}\",\"cat\":\"mpi\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}")
+                }
+                Kind::Send | Kind::Recv => {
+                    let send = r.kind == Kind::Send;
+                    let key = if send {
+                        (pid, r.a, r.c, r.b, r.e)
+                    } else {
+                        (r.a, pid, r.c, r.b, r.e)
+                    };
+                    let (what, peer) = if send {
+                        ("send", "to")
+                    } else {
+                        ("recv", "from")
+                    };
+                    if send {
+                        s.sends += 1;
+                    } else {
+                        s.recvs += 1;
+                    }
+                    let args = format!(
+                        "{{\"{peer}\":{},\"tag\":{},\"context\":{},\"bytes\":{},\"seq\":{}}}",
+                        r.a, r.b, r.c, r.d, r.e
+                    );
+                    ev(
+                        out,
+                        format!("{{\"ph\":\"i\",\"s\":\"t\",\"name\":\"{what}\",\"cat\":\"message\",\"pid\":{pid},\"tid\":0,\"ts\":{ts},\"args\":{args}}}"),
+                    )?;
+                    match ids.get(&key) {
+                        Some(id) if received.contains_key(id) => {
+                            if send {
+                                format!("{{\"ph\":\"s\",\"id\":{id},\"name\":\"message\",\"cat\":\"message\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}")
+                            } else {
+                                s.flows += 1;
+                                format!("{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"name\":\"message\",\"cat\":\"message\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}")
+                            }
+                        }
+                        _ => continue,
+                    }
+                }
+                Kind::FlushEnd => {
+                    if pid == 0 {
+                        s.epochs += 1;
+                        s.paused_ns += r.d;
+                    }
+                    format!("{{\"ph\":\"i\",\"s\":\"p\",\"name\":\"trace flush {} (pause of {} us removed)\",\"cat\":\"trace\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}", r.a, us(r.d as i64))
+                }
+                Kind::Unsync => {
+                    format!("{{\"ph\":\"i\",\"s\":\"p\",\"name\":\"local trace write at the hard cap ({} us removed; timing unsynchronised)\",\"cat\":\"trace\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}", us(r.d as i64))
+                }
+                Kind::FlushBegin | Kind::Clock | Kind::Finish => continue,
+            };
+            ev(out, line)?;
+        }
+    }
+    out.write_all(b"\n]}\n")?;
+    out.flush()?;
+    progress(&format!(
+        "{} ranks, {} records, {} calls, {} messages sent, {} received, {} paired",
+        s.ranks, s.records, s.calls, s.sends, s.recvs, s.flows
+    ));
+    Ok(s)
+}
+
+/// Nanoseconds as the microseconds the format wants, exactly (three decimals).
+fn us(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let a = ns.unsigned_abs();
+    format!("{sign}{}.{:03}", a / 1000, a % 1000)
+}
+
+/// Every record of a trace that fails the tracer's invariants, as messages (empty:
+/// the trace is sound): every enter has its leave on the same rank, properly nested;
+/// every receive pairs with one send of the same size; every rank records the same
+/// flush epochs with the same pause.
+pub fn check(traces: &[RankTrace]) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut sends: HashMap<MsgKey, u64> = HashMap::new();
+    for t in traces {
+        let mut stack = Vec::new();
+        for r in &t.records {
+            match r.kind {
+                Kind::Enter => stack.push(r.op),
+                Kind::Leave if stack.pop() != Some(r.op) => {
+                    bad.push(format!(
+                        "rank {}: leave of {:?} without its enter",
+                        t.rank,
+                        r.call()
+                    ));
+                }
+                Kind::Send if sends.insert((t.rank, r.a, r.c, r.b, r.e), r.d).is_some() => {
+                    bad.push(format!("rank {}: send {:?} recorded twice", t.rank, r));
+                }
+                _ => {}
+            }
+        }
+        if !stack.is_empty() {
+            bad.push(format!("rank {}: {} calls never left", t.rank, stack.len()));
+        }
+    }
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
+            match sends.remove(&(r.a, t.rank, r.c, r.b, r.e)) {
+                Some(len) if len == r.d => {}
+                Some(len) => bad.push(format!(
+                    "rank {}: receive of {} bytes paired with a send of {len}",
+                    t.rank, r.d
+                )),
+                None => bad.push(format!("rank {}: receive {r:?} without a send", t.rank)),
+            }
+        }
+    }
+    // messages sent and never received are legal (the program may not receive them),
+    // but not in the tests; report them separately through `unreceived`
+    let epochs = |t: &RankTrace| -> Vec<(u32, u64)> {
+        t.records
+            .iter()
+            .filter(|r| r.kind == Kind::FlushEnd)
+            .map(|r| (r.a, r.d))
+            .collect()
+    };
+    if let Some(t0) = traces.first() {
+        let e0 = epochs(t0);
+        for t in &traces[1..] {
+            if epochs(t) != e0 {
+                bad.push(format!(
+                    "rank {} flushed at epochs {:?}, rank 0 at {:?}",
+                    t.rank,
+                    epochs(t),
+                    e0
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// Sends no receive paired with, as (source, destination, context, tag, number).
+pub fn unreceived(traces: &[RankTrace]) -> Vec<MsgKey> {
+    let mut sends: HashMap<MsgKey, ()> = HashMap::new();
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
+            sends.insert((t.rank, r.a, r.c, r.b, r.e), ());
+        }
+    }
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
+            sends.remove(&(r.a, t.rank, r.c, r.b, r.e));
+        }
+    }
+    let mut v: Vec<MsgKey> = sends.into_keys().collect();
+    v.sort_unstable();
+    v
+}
+
+/// The last record of a rank's trace, which says how much memory the buffer held at
+/// most (`Finish`).
+pub fn finish(t: &RankTrace) -> Option<&Record> {
+    t.records.iter().rev().find(|r| r.kind == Kind::Finish)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::format::Op;
+
+    fn rec(ts: u64, kind: Kind, op: u8, a: u32, d: u64, e: u64) -> Record {
+        Record {
+            ts,
+            kind,
+            op,
+            a,
+            b: 5,
+            c: 0,
+            d,
+            e,
+        }
+    }
+
+    #[test]
+    fn pauses_come_out_and_offsets_go_in() {
+        let t = RankTrace {
+            rank: 1,
+            size: 2,
+            records: vec![
+                rec(0, Kind::Clock, 0, 0, 100, 0),
+                rec(10, Kind::Enter, Op::Send as u8, 0, 0, 0),
+                rec(20, Kind::FlushBegin, 0, 1, 0, 0),
+                rec(1020, Kind::FlushEnd, 0, 1, 1000, 1),
+                rec(1020, Kind::Clock, 0, 1, 90, 0),
+                rec(1030, Kind::Leave, Op::Send as u8, 0, 0, 0),
+            ],
+        };
+        assert_eq!(timeline(&t), vec![100, 110, 120, 120, 120, 120]);
+    }
+
+    #[test]
+    fn json_pairs_each_message_once() {
+        let send = Op::Send as u8;
+        let recv = Op::Recv as u8;
+        let traces = vec![
+            RankTrace {
+                rank: 0,
+                size: 2,
+                records: vec![
+                    rec(1, Kind::Enter, send, 0, 0, 0),
+                    rec(2, Kind::Send, 0, 1, 8, 0),
+                    rec(3, Kind::Leave, send, 0, 0, 0),
+                ],
+            },
+            RankTrace {
+                rank: 1,
+                size: 2,
+                records: vec![
+                    rec(1, Kind::Enter, recv, 0, 0, 0),
+                    rec(4, Kind::Recv, 0, 0, 8, 0),
+                    rec(5, Kind::Leave, recv, 0, 0, 0),
+                ],
+            },
+        ];
+        assert!(check(&traces).is_empty(), "{:?}", check(&traces));
+        assert!(unreceived(&traces).is_empty());
+        let mut out = Vec::new();
+        let s = write_json(&traces, &mut out, &mut |_| {}).unwrap();
+        assert_eq!((s.calls, s.sends, s.recvs, s.flows), (2, 1, 1, 1));
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("\"ph\":\"s\"").count(), 1);
+        assert_eq!(text.matches("\"ph\":\"f\"").count(), 1);
+        assert!(text.contains("\"name\":\"MPI_Recv\""));
+        // a receive without its send is reported
+        let mut broken = traces.clone();
+        broken[0].records.remove(1);
+        assert_eq!(check(&broken).len(), 1);
+        assert!(text.contains("\"ts\":0.004"));
+    }
+}

@@ -1,0 +1,304 @@
+//! The trace file: one per rank, `DIR/rank-<r>.rsmpitrace`, a 16-byte header
+//! (`MAGIC`, rank, size) followed by fixed-size 40-byte records, little-endian.
+//!
+//! ```text
+//! offset  0  ts    u64  nanoseconds since the rank's tracer started (its own clock)
+//!         8  kind  u8   Kind
+//!         9  op    u8   Op (Enter / Leave), else 0
+//!        10  -     u16
+//!        12  a     u32  peer world rank (Send / Recv), epoch (flush records)
+//!        16  b     i32  tag
+//!        20  c     u32  context id of the communicator
+//!        24  d     u64  bytes; Z or a duration in ns; a clock offset (as i64)
+//!        32  e     u64  per-channel sequence number; whether a flush wrote; an error
+//! ```
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// The first eight bytes of every trace file.
+pub const MAGIC: &[u8; 8] = b"RSMPITR1";
+/// Bytes of the file header.
+pub const HEADER: usize = 16;
+/// Bytes of one record.
+pub const RECORD: usize = 40;
+
+/// What a record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// An MPI call begins (`op`).
+    Enter = 1,
+    /// The MPI call `op` returns.
+    Leave = 2,
+    /// A message left for world rank `a`: tag `b`, context `c`, `d` bytes; `e` is its
+    /// number among the messages to `a` on the channel (`c`, `b`), from 0.
+    Send = 3,
+    /// A receive from world rank `a` completed, with the fields of the matching `Send`.
+    Recv = 4,
+    /// Flush epoch `a` begins: `d` bytes of events were buffered.
+    FlushBegin = 5,
+    /// Flush epoch `a` ends after the equalised pause of `d` ns (every rank pauses for
+    /// the same `d`); `e` = 1 if this flush wrote the buffer.
+    FlushEnd = 6,
+    /// Clock sample of epoch `a`: adding `d` (an i64) to this rank's timestamps gives
+    /// rank 0's; `e` is the largest error of the sample in ns.
+    Clock = 7,
+    /// The hard cap was reached with no collective in sight: the buffer was written
+    /// locally, taking `d` ns, and this rank's timing is unsynchronised from here until
+    /// the next flush epoch.
+    Unsync = 8,
+    /// End of the trace: `d` = the largest number of event bytes ever held in memory,
+    /// `e` = the number of records written.
+    Finish = 9,
+}
+
+impl Kind {
+    fn from_u8(k: u8) -> Option<Kind> {
+        Some(match k {
+            1 => Kind::Enter,
+            2 => Kind::Leave,
+            3 => Kind::Send,
+            4 => Kind::Recv,
+            5 => Kind::FlushBegin,
+            6 => Kind::FlushEnd,
+            7 => Kind::Clock,
+            8 => Kind::Unsync,
+            9 => Kind::Finish,
+            _ => return None,
+        })
+    }
+}
+
+macro_rules! ops {
+    ($($name:ident => $mpi:literal,)*) => {
+        /// The MPI call an `Enter` / `Leave` record names.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Op {
+            $($name,)*
+        }
+
+        impl Op {
+            const ALL: &'static [Op] = &[$(Op::$name,)*];
+
+            /// The MPI name of the call.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Op::$name => $mpi,)*
+                }
+            }
+
+            /// The op with number `n`.
+            pub fn from_u8(n: u8) -> Option<Op> {
+                Op::ALL.get(n as usize).copied()
+            }
+        }
+    };
+}
+
+ops! {
+    Send => "MPI_Send",
+    Bsend => "MPI_Bsend",
+    Ssend => "MPI_Ssend",
+    Rsend => "MPI_Rsend",
+    Recv => "MPI_Recv",
+    Isend => "MPI_Isend",
+    Ibsend => "MPI_Ibsend",
+    Issend => "MPI_Issend",
+    Irsend => "MPI_Irsend",
+    Irecv => "MPI_Irecv",
+    Wait => "MPI_Wait",
+    Test => "MPI_Test",
+    Waitany => "MPI_Waitany",
+    Testany => "MPI_Testany",
+    Waitsome => "MPI_Waitsome",
+    Testsome => "MPI_Testsome",
+    Waitall => "MPI_Waitall",
+    Testall => "MPI_Testall",
+    Probe => "MPI_Probe",
+    Iprobe => "MPI_Iprobe",
+    Mprobe => "MPI_Mprobe",
+    Improbe => "MPI_Improbe",
+    Mrecv => "MPI_Mrecv",
+    Sendrecv => "MPI_Sendrecv",
+    SendrecvReplace => "MPI_Sendrecv_replace",
+    Collective => "collective",
+    ICollective => "nonblocking collective",
+    SyncPoint => "rsmpi::trace::sync_point",
+}
+
+/// One decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub ts: u64,
+    pub kind: Kind,
+    pub op: u8,
+    pub a: u32,
+    pub b: i32,
+    pub c: u32,
+    pub d: u64,
+    pub e: u64,
+}
+
+impl Record {
+    /// The record's 40 bytes.
+    pub fn encode(&self) -> [u8; RECORD] {
+        let mut r = [0u8; RECORD];
+        r[0..8].copy_from_slice(&self.ts.to_le_bytes());
+        r[8] = self.kind as u8;
+        r[9] = self.op;
+        r[12..16].copy_from_slice(&self.a.to_le_bytes());
+        r[16..20].copy_from_slice(&self.b.to_le_bytes());
+        r[20..24].copy_from_slice(&self.c.to_le_bytes());
+        r[24..32].copy_from_slice(&self.d.to_le_bytes());
+        r[32..40].copy_from_slice(&self.e.to_le_bytes());
+        r
+    }
+
+    /// The record in `b` (40 bytes), if its kind is known.
+    pub fn decode(b: &[u8]) -> Option<Record> {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Some(Record {
+            ts: u64_at(0),
+            kind: Kind::from_u8(b[8])?,
+            op: b[9],
+            a: u32_at(12),
+            b: u32_at(16) as i32,
+            c: u32_at(20),
+            d: u64_at(24),
+            e: u64_at(32),
+        })
+    }
+
+    /// The call of an `Enter` / `Leave` record.
+    pub fn call(&self) -> Option<Op> {
+        Op::from_u8(self.op)
+    }
+}
+
+/// The file of rank `r` in `dir`.
+pub fn rank_file(dir: &Path, r: u32) -> PathBuf {
+    dir.join(format!("rank-{r}.rsmpitrace"))
+}
+
+/// The header of a trace file.
+pub fn header(rank: u32, size: u32) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&rank.to_le_bytes());
+    h[12..16].copy_from_slice(&size.to_le_bytes());
+    h
+}
+
+/// One rank's trace, as read back.
+#[derive(Clone, Debug)]
+pub struct RankTrace {
+    pub rank: u32,
+    pub size: u32,
+    pub records: Vec<Record>,
+}
+
+/// Reads every rank's file of a trace directory, calling `progress(bytes read, total)`
+/// now and then (large traces take a while).
+pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Vec<RankTrace>> {
+    let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+    let first = rank_file(dir, 0);
+    let size = read_header(&first)?.1;
+    let total: u64 = (0..size)
+        .map(|r| std::fs::metadata(rank_file(dir, r)).map(|m| m.len()))
+        .sum::<io::Result<u64>>()?;
+    let mut done = 0u64;
+    let mut out = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let path = rank_file(dir, r);
+        let (rank, sz) = read_header(&path)?;
+        if rank != r || sz != size {
+            return Err(bad(format!(
+                "{}: header says rank {rank} of {sz}",
+                path.display()
+            )));
+        }
+        let mut f = io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
+        let mut h = [0u8; HEADER];
+        f.read_exact(&mut h)?;
+        done += HEADER as u64;
+        let mut records = Vec::new();
+        let mut buf = [0u8; RECORD];
+        loop {
+            match f.read_exact(&mut buf) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e),
+            }
+            let rec = Record::decode(&buf).ok_or_else(|| {
+                bad(format!(
+                    "{}: unknown record kind {}",
+                    path.display(),
+                    buf[8]
+                ))
+            })?;
+            records.push(rec);
+            done += RECORD as u64;
+            if records.len().is_multiple_of(1 << 20) {
+                progress(done, total);
+            }
+        }
+        progress(done, total);
+        out.push(RankTrace {
+            rank,
+            size,
+            records,
+        });
+    }
+    Ok(out)
+}
+
+fn read_header(path: &Path) -> io::Result<(u32, u32)> {
+    let mut h = [0u8; HEADER];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    if &h[..8] != MAGIC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not an rsmpi trace", path.display()),
+        ));
+    }
+    let rank = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    let size = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
+    Ok((rank, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let r = Record {
+            ts: 123_456_789,
+            kind: Kind::Send,
+            op: 0,
+            a: 3,
+            b: -7,
+            c: 0x8000_0010,
+            d: 1 << 40,
+            e: 42,
+        };
+        assert_eq!(Record::decode(&r.encode()), Some(r));
+        let mut bad = r.encode();
+        bad[8] = 200;
+        assert_eq!(Record::decode(&bad), None);
+    }
+
+    #[test]
+    fn op_numbers_name_their_calls() {
+        for (i, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(Op::from_u8(i as u8), Some(*op));
+        }
+        assert_eq!(Op::from_u8(Op::Recv as u8).map(Op::name), Some("MPI_Recv"));
+        assert_eq!(Op::from_u8(250), None);
+    }
+}

@@ -1,0 +1,557 @@
+//! The built-in tracer: `RSMPI_TRACE=DIR` records every MPI call and message of every
+//! rank into bounded per-rank buffers, flushed to `DIR` at collectives with an
+//! equalised pause, so that the run's timing can be reconstructed by taking the pauses
+//! out again (after Okita, Ino and Hagihara, "large-scale trace generation";
+//! `docs/tools.md`).
+//!
+//! ```sh
+//! RSMPI_TRACE=/tmp/tr rsmpirun -n 4 ./app        # writes /tmp/tr/rank-<r>.rsmpitrace
+//! rsmpi-trace /tmp/tr                             # writes /tmp/tr/trace.json
+//! ```
+//!
+//! `trace.json` opens in <https://ui.perfetto.dev> (or `chrome://tracing`): one track
+//! per rank, a slice per MPI call, an arrow per message, the flush pauses removed.
+//!
+//! * **What is recorded** ([`format`]): enter and leave of each MPI call; each message
+//!   sent (peer, tag, communicator, bytes and its number on its channel) and each
+//!   receive completed, so that the two ends pair one to one; flush epochs and
+//!   clock samples.
+//! * **Bounded memory.** Events go into 64 KiB chunks. At the end of every blocking
+//!   collective over all ranks (and at [`sync_point`], for programs without
+//!   collectives), the ranks agree (an OR over a private communicator) whether any
+//!   holds more than the soft threshold `RSMPI_TRACE_SOFT` (default 64 MiB); if one
+//!   does, every rank writes its buffer, the clock offsets to rank 0 are measured
+//!   again, and every rank pauses for the same computed time `Z` (the slowest
+//!   writer's time plus the broadcast's), so that the ranks leave the flush as they
+//!   entered it. A rank that reaches the hard cap `RSMPI_TRACE_HARD` (default 4x the
+//!   soft threshold) between collectives writes alone and marks the epoch
+//!   unsynchronised.
+//! * **Off costs nothing measurable**: without `RSMPI_TRACE` a call tests one
+//!   relaxed atomic flag.
+//!
+//! Tool traffic (the flush's reductions, the clock ping-pongs) runs on a private
+//! duplicate of the world communicator and is never recorded, and can never match a
+//! user receive.
+
+pub mod chrome;
+pub mod format;
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use format::{Kind, Op, Record, RECORD};
+use matching::{RecvId, RecvOutcome};
+
+use crate::progress;
+use crate::topology::SimpleCommunicator;
+use crate::traits::*;
+
+/// Bytes of one buffer chunk: a whole number of records, about 64 KiB.
+pub const CHUNK: usize = RECORD * 1638;
+
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is tracing.
+#[inline(always)]
+pub fn is_on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// An MPI call in progress: records `Enter` when made (if tracing) and `Leave` when
+/// dropped.
+pub(crate) struct Call(Option<Op>);
+
+/// Starts recording the MPI call `op` (a no-op unless tracing).
+#[inline(always)]
+pub(crate) fn call(op: Op) -> Call {
+    if is_on() {
+        enter(op);
+        Call(Some(op))
+    } else {
+        Call(None)
+    }
+}
+
+impl Drop for Call {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(op) = self.0 {
+            leave(op);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn enter(op: Op) {
+    let _ = progress::try_with(|s| {
+        if let Some(t) = s.trace.as_deref_mut() {
+            t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0);
+        }
+    });
+}
+
+#[cold]
+#[inline(never)]
+fn leave(op: Op) {
+    let _ = progress::try_with(|s| {
+        if let Some(t) = s.trace.as_deref_mut() {
+            t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
+        }
+    });
+}
+
+/// One rank's tracer, kept in the library state while tracing.
+pub(crate) struct Tracer {
+    file: std::fs::File,
+    t0: Instant,
+    /// Full chunks, oldest first, and the one being filled.
+    chunks: Vec<Vec<u8>>,
+    cur: Vec<u8>,
+    spare: Vec<Vec<u8>>,
+    soft: usize,
+    hard: usize,
+    peak: usize,
+    records: u64,
+    /// Off while the tracer's own traffic runs.
+    recording: bool,
+    epoch: u32,
+    /// Messages sent / received so far on each channel (peer, context, tag).
+    sent: HashMap<(u32, u32, i32), u64>,
+    received: HashMap<(u32, u32, i32), u64>,
+    /// Contexts of the receives posted while recording, until they complete.
+    recv_ctx: HashMap<RecvId, u32>,
+    tool: SimpleCommunicator,
+    /// The last timestamp taken; whether the last record is an `Enter`; how many
+    /// `Recv` records at the end of the buffer still wait for their time.
+    last_ts: u64,
+    after_enter: bool,
+    unstamped: usize,
+}
+
+impl Tracer {
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    fn buffered(&self) -> usize {
+        self.chunks.len() * CHUNK + self.cur.len()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
+        if !self.recording {
+            return;
+        }
+        // a clock read costs ~25 ns here, as much as a small message's matching: a
+        // send right after its call's enter shares the enter's time, and a completed
+        // receive takes the time of the next record (the leave of the call that
+        // completed it), stamped when that one is taken
+        let ts = match kind {
+            Kind::Send if self.after_enter => self.last_ts,
+            Kind::Recv => {
+                self.unstamped += 1;
+                u64::MAX
+            }
+            _ => self.now(),
+        };
+        self.push_at(ts, kind, op, a, b, c, d, e);
+        self.after_enter = kind == Kind::Enter;
+    }
+
+    /// Gives the receives recorded since the last timestamp the time `now`.
+    fn stamp_pending(&mut self, now: u64) {
+        let mut n = std::mem::take(&mut self.unstamped);
+        let mut bufs = std::iter::once(&mut self.cur).chain(self.chunks.iter_mut().rev());
+        while n > 0 {
+            let Some(b) = bufs.next() else { break };
+            let mut end = b.len();
+            while n > 0 && end >= RECORD {
+                b[end - RECORD..end - RECORD + 8].copy_from_slice(&now.to_le_bytes());
+                end -= RECORD;
+                n -= 1;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_at(&mut self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
+        if kind != Kind::Recv {
+            if self.unstamped > 0 {
+                self.stamp_pending(ts);
+            }
+            self.last_ts = ts;
+        }
+        let r = Record {
+            ts,
+            kind,
+            op,
+            a,
+            b,
+            c,
+            d,
+            e,
+        };
+        self.cur.extend_from_slice(&r.encode());
+        self.records += 1;
+        if self.cur.len() == CHUNK {
+            let next = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            self.chunks.push(std::mem::replace(&mut self.cur, next));
+        }
+        let held = self.buffered();
+        self.peak = self.peak.max(held);
+        if held >= self.hard && self.recording {
+            // no collective in sight: write alone, and say so
+            let t = self.now();
+            self.write();
+            let dt = self.now() - t;
+            self.push_at(self.now(), Kind::Unsync, 0, self.epoch, 0, 0, dt, 0);
+        }
+    }
+
+    /// Writes every buffered event to the file and empties the buffer.
+    fn write(&mut self) {
+        let now = self.now();
+        self.stamp_pending(now);
+        let mut res = Ok(());
+        for c in self.chunks.drain(..) {
+            if res.is_ok() {
+                res = self.file.write_all(&c);
+            }
+            if self.spare.len() < 4 {
+                let mut c = c;
+                c.clear();
+                self.spare.push(c);
+            }
+        }
+        if res.is_ok() {
+            res = self.file.write_all(&self.cur);
+        }
+        self.cur.clear();
+        if let Err(e) = res {
+            // a trace with a hole is worse than none: say so and stop tracing
+            eprintln!("rsmpi: RSMPI_TRACE: writing the trace failed ({e}); tracing stops");
+            ON.store(false, Ordering::Relaxed);
+            self.recording = false;
+        }
+    }
+
+    /// A message of `bytes` bytes left for world rank `dest`.
+    // out of line: the hot paths that call it keep their size when tracing is off
+    #[cold]
+    #[inline(never)]
+    pub fn send(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64) {
+        if !self.recording {
+            return;
+        }
+        let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
+        let seq = *n;
+        *n += 1;
+        self.push(Kind::Send, 0, dest, tag, ctx, bytes, seq);
+    }
+
+    /// A receive was posted on context `ctx`.
+    // out of line: the hot paths that call it keep their size when tracing is off
+    #[cold]
+    #[inline(never)]
+    pub fn posted(&mut self, id: RecvId, ctx: u32) {
+        if self.recording {
+            self.recv_ctx.insert(id, ctx);
+        }
+    }
+
+    /// A receive completed.
+    // out of line: the hot paths that call it keep their size when tracing is off
+    #[cold]
+    #[inline(never)]
+    pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
+        let Some(ctx) = self.recv_ctx.remove(&id) else {
+            return;
+        };
+        if let RecvOutcome::Received {
+            source,
+            tag,
+            len,
+            truncated_from,
+        } = *outcome
+        {
+            let n = self.received.entry((source, ctx, tag)).or_insert(0);
+            let seq = *n;
+            *n += 1;
+            self.push(
+                Kind::Recv,
+                0,
+                source,
+                tag,
+                ctx,
+                truncated_from.unwrap_or(len),
+                seq,
+            );
+        }
+    }
+}
+
+/// A size from the environment: bytes, or with a K, M or G suffix.
+fn env_size(name: &str) -> crate::Result<Option<usize>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(None);
+    };
+    let t = v.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .map(Some)
+        .ok_or_else(|| {
+            crate::Error::Setting(format!(
+                "{name}={v}: expected a size such as 1048576, 64M or 1G"
+            ))
+        })
+}
+
+/// Starts tracing if `RSMPI_TRACE` names a directory; called by every rank at
+/// initialisation (a collective: every rank of the job must have the same setting).
+pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
+    let Some(dir) = std::env::var_os("RSMPI_TRACE").filter(|d| !d.is_empty()) else {
+        return Ok(());
+    };
+    let dir = PathBuf::from(dir);
+    let soft = env_size("RSMPI_TRACE_SOFT")?.unwrap_or(64 << 20);
+    let hard = env_size("RSMPI_TRACE_HARD")?
+        .unwrap_or(soft.saturating_mul(4))
+        .max(soft);
+    let tool = world.duplicate();
+    let (rank, size) = (world.rank() as u32, world.size() as u32);
+    let io =
+        |e: std::io::Error| crate::Error::Setting(format!("RSMPI_TRACE={}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let mut file = std::fs::File::create(format::rank_file(&dir, rank)).map_err(io)?;
+    file.write_all(&format::header(rank, size)).map_err(io)?;
+    let t = Box::new(Tracer {
+        file,
+        t0: Instant::now(),
+        chunks: Vec::new(),
+        cur: Vec::with_capacity(CHUNK),
+        spare: Vec::new(),
+        soft,
+        hard,
+        peak: 0,
+        records: 0,
+        recording: false,
+        epoch: 0,
+        sent: HashMap::default(),
+        received: HashMap::default(),
+        recv_ctx: HashMap::default(),
+        tool,
+        last_ts: 0,
+        after_enter: false,
+        unstamped: 0,
+    });
+    progress::with(|s| s.trace = Some(t));
+    ON.store(true, Ordering::Relaxed);
+    // epoch 0: the clocks as the run starts
+    let (offset, err) = clocks(&tool);
+    with_tracer(|t| {
+        t.recording = true;
+        let ts = t.now();
+        t.push_at(ts, Kind::Clock, 0, 0, 0, 0, offset as u64, err);
+    });
+    Ok(())
+}
+
+/// Ends tracing: writes what is left (a local step; every rank does it at finalize).
+pub(crate) fn finish() {
+    if !is_on() {
+        return;
+    }
+    let _ = progress::try_with(|s| {
+        if let Some(mut t) = s.trace.take() {
+            let ts = t.now();
+            let (peak, records) = (t.peak as u64, t.records + 1);
+            t.recording = true;
+            t.push_at(ts, Kind::Finish, 0, t.epoch, 0, 0, peak, records);
+            t.write();
+        }
+    });
+    ON.store(false, Ordering::Relaxed);
+}
+
+fn with_tracer<R>(f: impl FnOnce(&mut Tracer) -> R) -> Option<R> {
+    progress::try_with(|s| s.trace.as_deref_mut().map(f))
+        .ok()
+        .flatten()
+}
+
+/// The end of a blocking collective over `comm`: a flush point if `comm` spans every
+/// rank.
+#[inline(always)]
+pub(crate) fn after_collective(comm: &SimpleCommunicator) {
+    if is_on() {
+        flush_point(comm, false);
+    }
+}
+
+/// A flush point for programs without collectives: every rank of the job must call it
+/// (it is a collective over all ranks, like a barrier that may write the trace and
+/// pause). Does nothing unless tracing.
+///
+/// ```no_run
+/// let universe = rsmpi::initialize().unwrap();
+/// for step in 0..1000 {
+///     // ... point-to-point work ...
+///     if step % 100 == 0 {
+///         rsmpi::trace::sync_point();
+///     }
+/// }
+/// ```
+pub fn sync_point() {
+    if is_on() {
+        let _c = call(Op::SyncPoint);
+        if let Some(tool) = with_tracer(|t| t.tool) {
+            flush_point(&tool, true);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
+    let Some((tool, want)) = with_tracer(|t| {
+        (t.recording && (always_agree || comm.size == t.tool.size))
+            .then(|| (t.tool, t.buffered() > t.soft))
+    })
+    .flatten() else {
+        return;
+    };
+    let t_in = with_tracer(|t| {
+        t.recording = false;
+        t.now()
+    })
+    .unwrap_or(0);
+    let mut any = 0u8;
+    tool.all_reduce_into(
+        &u8::from(want),
+        &mut any,
+        crate::collective::SystemOperation::max(),
+    );
+    if any == 0 {
+        with_tracer(|t| t.recording = true);
+        return;
+    }
+    // every rank writes, then all pause for the same Z
+    with_tracer(|t| {
+        t.epoch += 1;
+        let (e, held) = (t.epoch, t.buffered() as u64 + RECORD as u64);
+        t.push_at(t_in, Kind::FlushBegin, 0, e, 0, 0, held, 0);
+        t.write();
+    });
+    let (offset, err) = clocks(&tool);
+    let z = pause_time(&tool, t_in, offset, err);
+    loop {
+        let now = with_tracer(|t| t.now()).unwrap_or(u64::MAX);
+        if now.saturating_sub(t_in) >= z {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    with_tracer(|t| {
+        let ts = t.now();
+        let e = t.epoch;
+        t.push_at(ts, Kind::FlushEnd, 0, e, 0, 0, z, 1);
+        t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
+        t.recording = true;
+    });
+}
+
+/// The equalised pause (the paper's `suspension_time`): rank 0 gathers every rank's
+/// flush start `t_in`, maps it to its own clock, and broadcasts
+/// `Z = now - earliest start + m·⌈log2 P⌉ + d`, where `m` bounds a message's time and
+/// `d` the clocks' error.
+fn pause_time(tool: &SimpleCommunicator, t_in: u64, offset: i64, err: u64) -> u64 {
+    let p = tool.size() as usize;
+    let root = tool.process_at_rank(0);
+    let mine = [t_in as i64 + offset, err as i64];
+    let mut z = [0u64];
+    if tool.rank() == 0 {
+        let mut all = vec![0i64; 2 * p];
+        root.gather_into_root(&mine[..], &mut all[..]);
+        let now = with_tracer(|t| t.now()).unwrap_or(0) as i64;
+        let earliest = all.chunks(2).map(|c| c[0]).min().unwrap_or(now);
+        let d = all.chunks(2).map(|c| c[1]).max().unwrap_or(0);
+        // the message time: half the best round trip, as measured in `clocks`
+        let m = MSG_NS.with(|m| m.get()) as i64;
+        let hops = (usize::BITS - (p.max(1) - 1).leading_zeros()) as i64;
+        z[0] = (now - earliest + m * hops + d).max(0) as u64;
+    } else {
+        root.gather_into(&mine[..]);
+    }
+    root.broadcast_into(&mut z[..]);
+    z[0]
+}
+
+thread_local! {
+    /// Rank 0's estimate of one message's time, from the last clock measurement.
+    static MSG_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Round trips per rank when measuring clocks (the fastest one is kept).
+const PINGS: usize = 4;
+
+/// Measures this rank's clock offset to rank 0 (Fig. 6 of the paper): rank 0 sends,
+/// the rank answers with its clock, rank 0 takes the midpoint of its send and receive
+/// times, keeping the fastest of `PINGS` round trips. Returns (offset to add to this
+/// rank's timestamps to get rank 0's, error bound in ns).
+fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
+    let now = || with_tracer(|t| t.now()).unwrap_or(0) as i64;
+    if tool.rank() != 0 {
+        let zero = tool.process_at_rank(0);
+        for _ in 0..PINGS {
+            let (_, _): (u8, _) = zero.receive_with_tag(1);
+            zero.send_with_tag(&now(), 2);
+        }
+        let (res, _): (Vec<i64>, _) = zero.receive_vec_with_tag(3);
+        return (res[0], res[1] as u64);
+    }
+    let mut halves = Vec::new();
+    let mut results = Vec::new();
+    for k in 1..tool.size() {
+        let peer = tool.process_at_rank(k);
+        let mut best: Option<(i64, i64)> = None; // (round trip, offset)
+        for _ in 0..PINGS {
+            let u1 = now();
+            peer.send_with_tag(&0u8, 1);
+            let (u2, _): (i64, _) = peer.receive_with_tag(2);
+            let u3 = now();
+            let rtt = u3 - u1;
+            if best.is_none_or(|(b, _)| rtt < b) {
+                best = Some((rtt, (u1 + u3) / 2 - u2));
+            }
+        }
+        let (rtt, off) = best.expect("PINGS > 0");
+        halves.push(rtt / 2);
+        results.push((peer, off, rtt / 2));
+    }
+    let m = if halves.is_empty() {
+        0
+    } else {
+        halves.iter().sum::<i64>() / halves.len() as i64
+    };
+    MSG_NS.with(|c| c.set(m as u64));
+    for (peer, off, half) in results {
+        // the midpoint is off by at most half the round trip's asymmetry
+        peer.send_with_tag(&[off, half.max(1)][..], 3);
+    }
+    (0, 0)
+}
