@@ -206,3 +206,26 @@ fn bad_trace_settings_end_the_job_with_an_error() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn the_race_checkers_own_messages_stay_out_of_the_trace() {
+    let sends = |races: bool| -> Vec<usize> {
+        let dir = conformance::scratch("trace-with-races");
+        let d = dir.to_str().unwrap();
+        let mut env = vec![("RSMPI_TRACE", d), ("RSMPI_TRACE_SOFT", "32K")];
+        if races {
+            env.push(("RSMPI_CHECK", "races"));
+        }
+        assert_eq!(job(3, &["200", "20"], &env), 0);
+        let traces = format::read_dir(&dir, &mut |_, _| {}).unwrap();
+        assert!(chrome::check(&traces).is_empty());
+        assert!(chrome::unreceived(&traces).is_empty());
+        let _ = std::fs::remove_dir_all(dir);
+        traces
+            .iter()
+            .map(|t| count(t, format::Kind::Send))
+            .collect()
+    };
+    // the checker sends a note ahead of every message: none of them is recorded
+    assert_eq!(sends(true), sends(false));
+}

@@ -246,14 +246,14 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         registers: caps.registers,
         exposures: Default::default(),
         pending_gets: Default::default(),
-        trace: None,
+        tools: None,
     })?;
     let u = Universe {
         _not_send: std::marker::PhantomData,
     };
     // every rank has its rings mapped before anyone sends
     crate::collective::CommunicatorCollectives::barrier(&u.world());
-    crate::trace::init(&u.world())?;
+    crate::tools::init(&u.world())?;
     Ok(u)
 }
 
@@ -350,7 +350,7 @@ impl Drop for Universe {
         }
         // MPI_Finalize: finish outstanding traffic, then make sure no peer still
         // needs our rings before unmapping them.
-        crate::trace::finish();
+        crate::tools::finish();
         crate::collective::CommunicatorCollectives::barrier(&self.world());
         progress::uninstall();
         FINALIZED.store(true, std::sync::atomic::Ordering::Relaxed);

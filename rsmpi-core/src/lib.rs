@@ -38,6 +38,7 @@ extern crate self as rsmpi;
 /// byte views of their own.
 pub use bytemuck;
 
+pub mod check;
 pub mod collective;
 pub mod datatype;
 pub mod environment;
@@ -48,6 +49,7 @@ pub mod point_to_point;
 mod progress;
 pub mod request;
 mod select;
+mod tools;
 pub mod topology;
 pub mod trace;
 

@@ -19,11 +19,12 @@ use crate::datatype::{Buffer, BufferMut, Count, Datatype, Equivalence};
 use crate::error::{Error, Result};
 use crate::progress::{self, Key, RecvDst, SendSrc};
 use crate::request::{Data, Pending, Request, Scope};
+use crate::tools;
 use crate::topology::{
     fail, AnyProcess, AsCommunicator, Communicator, CommunicatorRelation, Process, Rank,
     SimpleCommunicator, PROC_NULL,
 };
-use crate::trace::{self, format::Op};
+use crate::trace::format::Op;
 use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
 use std::borrow::Cow;
 use transport::mem::RegionId;
@@ -138,8 +139,8 @@ pub(crate) fn start_send(
         buf: progress::to_matching(buf),
     };
     let id = s.engine.start_send(spec)?;
-    if let Some(t) = s.trace.as_deref_mut() {
-        t.send(dest, ctx, tag, len as u64);
+    if let Some(t) = s.tools.as_deref_mut() {
+        t.sent(dest, ctx, tag, len as u64);
     }
     if registered {
         s.exposed(Key::Send(id), buf);
@@ -171,8 +172,8 @@ pub(crate) fn start_recv(
         buf: Some(progress::to_matching(buf)),
     };
     let id = s.engine.post_recv(spec)?;
-    if let Some(t) = s.trace.as_deref_mut() {
-        t.posted(id, ctx);
+    if let Some(t) = s.tools.as_deref_mut() {
+        t.posted(id, ctx, source, tag);
     }
     if registered {
         s.exposed(Key::Recv(id), buf);
@@ -190,7 +191,18 @@ fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
     buf.rsmpi_elem_check()
 }
 
+/// A send to `rank` of `comm` is about to start and a tool watches it: the race
+/// checker sends the message's note ahead of it (nothing for a send that will fail).
+#[cold]
+#[inline(never)]
+fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag) {
+    if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
+        crate::check::before_send(comm.ctx, dest, tag);
+    }
+}
+
 /// A blocking send of `buf` to `rank` of `comm`.
+#[track_caller]
 pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     comm: &SimpleCommunicator,
     rank: Rank,
@@ -198,12 +210,15 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
-    let _t = trace::call(match mode {
+    let t = tools::call(match mode {
         SendMode::Standard => Op::Send,
         SendMode::Buffered => Op::Bsend,
         SendMode::Synchronous => Op::Ssend,
         SendMode::Ready => Op::Rsend,
     });
+    if t.watched() {
+        watch_send(comm, rank, tag);
+    }
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
     let dest = progress::try_with(|s| -> Result<Option<u32>> {
@@ -230,13 +245,14 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
 }
 
 /// A blocking receive into `buf` from `src` (`None`: any source) of `comm`.
+#[track_caller]
 pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
     buf: &mut B,
 ) -> Result<Status> {
-    let _t = trace::call(Op::Recv);
+    let _t = tools::call(Op::Recv);
     let (src, tag) = (source(comm, src)?, tagsel(tag)?);
     let Some(src) = src else {
         return Ok(Status::proc_null());
@@ -297,6 +313,7 @@ pub(crate) fn done_pending(done: Option<progress::Done>) -> Pending {
 }
 
 /// Starts a send of `buf` to `rank` of `comm`.
+#[track_caller]
 pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     rank: Rank,
@@ -305,12 +322,15 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
-    let _t = trace::call(match mode {
+    let t = tools::call(match mode {
         SendMode::Standard => Op::Isend,
         SendMode::Buffered => Op::Ibsend,
         SendMode::Synchronous => Op::Issend,
         SendMode::Ready => Op::Irsend,
     });
+    if t.watched() {
+        watch_send(comm, rank, tag);
+    }
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };
@@ -332,6 +352,7 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
 }
 
 /// Starts a receive into `buf` from `src` (`None`: any source) of `comm`.
+#[track_caller]
 pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
@@ -339,7 +360,7 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
-    let _t = trace::call(Op::Irecv);
+    let _t = tools::call(Op::Irecv);
     let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
@@ -377,12 +398,13 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     ))
 }
 
+#[track_caller]
 fn iprobe(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<Option<Status>> {
-    let _t = trace::call(Op::Iprobe);
+    let _t = tools::call(Op::Iprobe);
     iprobe_once(comm, src, tag)
 }
 
@@ -396,20 +418,26 @@ fn iprobe_once(
         return Ok(Some(Status::proc_null()));
     };
     let ctx = comm.ctx;
-    Ok(progress::with(|s| {
+    let found = progress::with(|s| {
         s.progress();
         let env = s.engine.probe(src, tag, ctx)?;
-        Some(Status {
+        let st = Status {
             source: s.comm_rank(ctx, env.source),
             tag: env.tag,
             len: env.len,
             cancelled: false,
-        })
-    }))
+        };
+        Some((st, env.source))
+    });
+    if let (Some((st, world)), true) = (&found, tools::is_on()) {
+        crate::check::probed(ctx, src, tag, *world, st.tag);
+    }
+    Ok(found.map(|(st, _)| st))
 }
 
+#[track_caller]
 fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Result<Status> {
-    let _t = trace::call(Op::Probe);
+    let _t = tools::call(Op::Probe);
     let mut backoff = progress::Backoff::new();
     loop {
         if let Some(s) = iprobe_once(comm, src, tag)? {
@@ -419,12 +447,13 @@ fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Resu
     }
 }
 
+#[track_caller]
 fn improbe(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<Option<(Message, Status)>> {
-    let _t = trace::call(Op::Improbe);
+    let _t = tools::call(Op::Improbe);
     improbe_once(comm, src, tag)
 }
 
@@ -438,7 +467,7 @@ fn improbe_once(
     let Some(src) = src else {
         return Ok(Some((Message { id: None, ctx }, Status::proc_null())));
     };
-    Ok(progress::with(|s| {
+    let found = progress::with(|s| {
         s.progress();
         let (id, env) = s.engine.mprobe(src, tag, ctx)?;
         let st = Status {
@@ -447,16 +476,21 @@ fn improbe_once(
             len: env.len,
             cancelled: false,
         };
-        Some((Message { id: Some(id), ctx }, st))
-    }))
+        Some((Message { id: Some(id), ctx }, st, env.source))
+    });
+    if let (Some((_, st, world)), true) = (&found, tools::is_on()) {
+        crate::check::probed(ctx, src, tag, *world, st.tag);
+    }
+    Ok(found.map(|(m, st, _)| (m, st)))
 }
 
+#[track_caller]
 fn mprobe(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<(Message, Status)> {
-    let _t = trace::call(Op::Mprobe);
+    let _t = tools::call(Op::Mprobe);
     let mut backoff = progress::Backoff::new();
     loop {
         if let Some(m) = improbe_once(comm, src, tag)? {
@@ -466,12 +500,13 @@ fn mprobe(
     }
 }
 
+#[track_caller]
 fn receive_vec<T: Equivalence>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
 ) -> Result<(Vec<T>, Status)> {
-    let _t = trace::call(Op::Recv);
+    let _t = tools::call(Op::Recv);
     let (msg, st) = mprobe(comm, src, tag)?;
     msg.receive_vec(st)
 }
@@ -487,59 +522,70 @@ pub trait Source: AsCommunicator {
     fn rsmpi_source(&self) -> (SimpleCommunicator, Option<Rank>);
 
     /// Waits for a message with `tag` without receiving it (`MPI_Probe`).
+    #[track_caller]
     fn probe_with_tag(&self, tag: Tag) -> Status {
         let (c, s) = self.rsmpi_source();
         probe(&c, s, Some(tag)).unwrap_or_else(|e| fail("probe", e))
     }
     /// Waits for a message without receiving it (`MPI_Probe`).
+    #[track_caller]
     fn probe(&self) -> Status {
         let (c, s) = self.rsmpi_source();
         probe(&c, s, None).unwrap_or_else(|e| fail("probe", e))
     }
     /// Waits for a message with `tag` and takes it, so that only the returned
     /// [`Message`] can receive it (`MPI_Mprobe`).
+    #[track_caller]
     fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
         let (c, s) = self.rsmpi_source();
         mprobe(&c, s, Some(tag)).unwrap_or_else(|e| fail("mprobe", e))
     }
     /// `MPI_Mprobe` with any tag.
+    #[track_caller]
     fn matched_probe(&self) -> (Message, Status) {
         let (c, s) = self.rsmpi_source();
         mprobe(&c, s, None).unwrap_or_else(|e| fail("mprobe", e))
     }
     /// Receives one value with `tag`.
+    #[track_caller]
     fn receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Msg, Status) {
         let mut v = Msg::rsmpi_zero();
         let st = self.receive_into_with_tag(&mut v, tag);
         (v, st)
     }
     /// Receives one value.
+    #[track_caller]
     fn receive<Msg: Equivalence>(&self) -> (Msg, Status) {
         let mut v = Msg::rsmpi_zero();
         let st = self.receive_into(&mut v);
         (v, st)
     }
     /// Receives into `buf` a message with `tag` (`MPI_Recv`).
+    #[track_caller]
     fn receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status {
         let (c, s) = self.rsmpi_source();
         blocking_recv(&c, s, Some(tag), buf).unwrap_or_else(|e| fail("receive", e))
     }
     /// Receives into `buf` (`MPI_Recv`).
+    #[track_caller]
     fn receive_into<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf) -> Status {
         let (c, s) = self.rsmpi_source();
         blocking_recv(&c, s, None, buf).unwrap_or_else(|e| fail("receive", e))
     }
     /// Receives a message with `tag` of any length into a new vector.
+    #[track_caller]
     fn receive_vec_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Vec<Msg>, Status) {
         let (c, s) = self.rsmpi_source();
         receive_vec(&c, s, Some(tag)).unwrap_or_else(|e| fail("receive_vec", e))
     }
     /// Receives a message of any length into a new vector.
+    #[track_caller]
     fn receive_vec<Msg: Equivalence>(&self) -> (Vec<Msg>, Status) {
         let (c, s) = self.rsmpi_source();
         receive_vec(&c, s, None).unwrap_or_else(|e| fail("receive_vec", e))
     }
     /// Starts a receive into `buf` of a message with `tag` (`MPI_Irecv`).
+    #[track_caller]
     fn immediate_receive_into_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -554,6 +600,7 @@ pub trait Source: AsCommunicator {
         immediate_recv(&c, s, scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
     }
     /// Starts a receive into `buf` (`MPI_Irecv`).
+    #[track_caller]
     fn immediate_receive_into<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -567,31 +614,37 @@ pub trait Source: AsCommunicator {
         immediate_recv(&c, s, scope, buf, None).unwrap_or_else(|e| fail("irecv", e))
     }
     /// Starts a receive of one value with `tag`, into the library's own buffer.
+    #[track_caller]
     fn immediate_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> ReceiveFuture<Msg> {
         let (c, s) = self.rsmpi_source();
         ReceiveFuture::start(&c, s, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
     }
     /// Starts a receive of one value.
+    #[track_caller]
     fn immediate_receive<Msg: Equivalence>(&self) -> ReceiveFuture<Msg> {
         let (c, s) = self.rsmpi_source();
         ReceiveFuture::start(&c, s, None).unwrap_or_else(|e| fail("irecv", e))
     }
     /// `MPI_Iprobe` with a tag.
+    #[track_caller]
     fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
         let (c, s) = self.rsmpi_source();
         iprobe(&c, s, Some(tag)).unwrap_or_else(|e| fail("iprobe", e))
     }
     /// `MPI_Iprobe`.
+    #[track_caller]
     fn immediate_probe(&self) -> Option<Status> {
         let (c, s) = self.rsmpi_source();
         iprobe(&c, s, None).unwrap_or_else(|e| fail("iprobe", e))
     }
     /// `MPI_Improbe` with a tag: takes a matching message if one is there.
+    #[track_caller]
     fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
         let (c, s) = self.rsmpi_source();
         improbe(&c, s, Some(tag)).unwrap_or_else(|e| fail("improbe", e))
     }
     /// `MPI_Improbe`.
+    #[track_caller]
     fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
         let (c, s) = self.rsmpi_source();
         improbe(&c, s, None).unwrap_or_else(|e| fail("improbe", e))
@@ -627,29 +680,35 @@ pub trait Destination: AsCommunicator {
     fn rsmpi_destination(&self) -> (SimpleCommunicator, Rank);
 
     /// Standard-mode send (`MPI_Send`).
+    #[track_caller]
     fn send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
         blocking_send(&c, r, buf, tag, SendMode::Standard).unwrap_or_else(|e| fail("send", e))
     }
     /// Standard-mode send with tag 0.
+    #[track_caller]
     fn send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         self.send_with_tag(buf, 0)
     }
     /// Buffered send (`MPI_Bsend`) through the attached buffer.
+    #[track_caller]
     fn buffered_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
         blocking_send(&c, r, buf, tag, SendMode::Buffered).unwrap_or_else(|e| fail("bsend", e))
     }
     /// Buffered send with tag 0.
+    #[track_caller]
     fn buffered_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         self.buffered_send_with_tag(buf, 0)
     }
     /// Synchronous send: returns once a receive matched (`MPI_Ssend`).
+    #[track_caller]
     fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
         blocking_send(&c, r, buf, tag, SendMode::Synchronous).unwrap_or_else(|e| fail("ssend", e))
     }
     /// Synchronous send with tag 0.
+    #[track_caller]
     fn synchronous_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         self.synchronous_send_with_tag(buf, 0)
     }
@@ -661,6 +720,7 @@ pub trait Destination: AsCommunicator {
     /// so that code written for it compiles unchanged; `Process::try_ready_send_with_tag`
     /// is the safe form.
     #[allow(unsafe_code)]
+    #[track_caller]
     unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
         blocking_send(&c, r, buf, tag, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
@@ -670,11 +730,13 @@ pub trait Destination: AsCommunicator {
     /// # Safety
     /// None in rsmpi; see [`Destination::ready_send_with_tag`].
     #[allow(unsafe_code)]
+    #[track_caller]
     unsafe fn ready_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         let (c, r) = self.rsmpi_destination();
         blocking_send(&c, r, buf, 0, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
     }
     /// Starts a standard-mode send (`MPI_Isend`).
+    #[track_caller]
     fn immediate_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -690,6 +752,7 @@ pub trait Destination: AsCommunicator {
             .unwrap_or_else(|e| fail("isend", e))
     }
     /// `MPI_Isend` with tag 0.
+    #[track_caller]
     fn immediate_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
@@ -698,6 +761,7 @@ pub trait Destination: AsCommunicator {
         self.immediate_send_with_tag(scope, buf, 0)
     }
     /// `MPI_Ibsend`.
+    #[track_caller]
     fn immediate_buffered_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -713,6 +777,7 @@ pub trait Destination: AsCommunicator {
             .unwrap_or_else(|e| fail("ibsend", e))
     }
     /// `MPI_Ibsend` with tag 0.
+    #[track_caller]
     fn immediate_buffered_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
@@ -721,6 +786,7 @@ pub trait Destination: AsCommunicator {
         self.immediate_buffered_send_with_tag(scope, buf, 0)
     }
     /// `MPI_Issend`.
+    #[track_caller]
     fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -736,6 +802,7 @@ pub trait Destination: AsCommunicator {
             .unwrap_or_else(|e| fail("issend", e))
     }
     /// `MPI_Issend` with tag 0.
+    #[track_caller]
     fn immediate_synchronous_send<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -752,6 +819,7 @@ pub trait Destination: AsCommunicator {
     /// # Safety
     /// None in rsmpi; see [`Destination::ready_send_with_tag`].
     #[allow(unsafe_code)]
+    #[track_caller]
     unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -771,6 +839,7 @@ pub trait Destination: AsCommunicator {
     /// # Safety
     /// None in rsmpi; see [`Destination::ready_send_with_tag`].
     #[allow(unsafe_code)]
+    #[track_caller]
     unsafe fn immediate_ready_send<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -853,6 +922,9 @@ impl<'p> Process<'p> {
             let Some(dest) = dest else {
                 return Ok(done_pending(None));
             };
+            if tools::is_on() {
+                crate::check::before_send(ctx, dest, tag);
+            }
             let key = progress::with(|s| {
                 start_send(
                     s,
@@ -971,6 +1043,7 @@ impl Message {
     }
 
     /// Receives the message as one value (`MPI_Mrecv`).
+    #[track_caller]
     pub fn matched_receive<Msg: Equivalence>(self) -> (Msg, Status) {
         let mut v = Msg::rsmpi_zero();
         let st = self.matched_receive_into(&mut v);
@@ -978,23 +1051,26 @@ impl Message {
     }
 
     /// Receives the message into `buf` (`MPI_Mrecv`).
+    #[track_caller]
     pub fn matched_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
         self.try_receive_into(buf)
             .unwrap_or_else(|e| fail("mrecv", e))
     }
 
     /// Same as [`Self::matched_receive_into`].
+    #[track_caller]
     pub fn receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Status {
         self.matched_receive_into(buf)
     }
 
     /// Starts receiving the message into `buf` (`MPI_Imrecv`).
+    #[track_caller]
     pub fn immediate_matched_receive_into<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
         self,
         scope: Sc,
         buf: &'a mut B,
     ) -> Request<'a, B, Sc> {
-        let _t = trace::call(Op::Mrecv);
+        let _t = tools::call(Op::Mrecv);
         let Some(id) = self.id else {
             return Request::new(done_pending(None), Data::Shared(buf));
         };
@@ -1003,8 +1079,10 @@ impl Message {
             progress::with(|s| -> Result<Key> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
-                if let Some(t) = s.trace.as_deref_mut() {
-                    t.posted(r, ctx);
+                if let Some(t) = s.tools.as_deref_mut() {
+                    // the receive of a message already matched (by a probe, which is
+                    // where any wildcard was): not a wildcard receive
+                    t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
                 }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
@@ -1030,8 +1108,9 @@ impl Message {
     }
 
     /// [`Self::matched_receive_into`] returning errors.
+    #[track_caller]
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
-        let _t = trace::call(Op::Mrecv);
+        let _t = tools::call(Op::Mrecv);
         let Some(id) = self.id else {
             return Ok(Status::proc_null());
         };
@@ -1040,8 +1119,10 @@ impl Message {
             progress::with(|s| -> Result<(Key, u64)> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
-                if let Some(t) = s.trace.as_deref_mut() {
-                    t.posted(r, ctx);
+                if let Some(t) = s.tools.as_deref_mut() {
+                    // the receive of a message already matched (by a probe, which is
+                    // where any wildcard was): not a wildcard receive
+                    t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
                 }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
@@ -1064,6 +1145,7 @@ impl Message {
         Ok(st)
     }
 
+    #[track_caller]
     fn receive_vec<T: Equivalence>(self, st: Status) -> Result<(Vec<T>, Status)> {
         let size = T::rsmpi_sig_size();
         if size > 0 && !st.len.is_multiple_of(size as u64) {
@@ -1079,10 +1161,12 @@ impl Message {
 /// `(Message, Status).matched_receive_vec()` (`mpi::point_to_point::MatchedReceiveVec`).
 pub trait MatchedReceiveVec {
     /// Receives the matched message into a vector of the right length.
+    #[track_caller]
     fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status);
 }
 
 impl MatchedReceiveVec for (Message, Status) {
+    #[track_caller]
     fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
         let (m, st) = self;
         m.receive_vec(st).unwrap_or_else(|e| fail("mrecv", e))
@@ -1154,6 +1238,7 @@ fn same_comm<D: Destination + ?Sized, S: Source + ?Sized>(d: &D, s: &S) -> Simpl
 }
 
 /// `MPI_Sendrecv` of one value each way, with tags.
+#[track_caller]
 pub fn send_receive_with_tags<M, D, R, S>(
     msg: &M,
     destination: &D,
@@ -1173,6 +1258,7 @@ where
 }
 
 /// `MPI_Sendrecv` of one value each way (send tag 0, any receive tag).
+#[track_caller]
 pub fn send_receive<R, M, D, S>(msg: &M, destination: &D, source: &S) -> (R, Status)
 where
     M: Equivalence,
@@ -1185,6 +1271,7 @@ where
     (r, st)
 }
 
+#[track_caller]
 fn sendrecv<M, B, D, S>(
     op: Op,
     msg: &M,
@@ -1200,7 +1287,7 @@ where
     D: Destination + ?Sized,
     S: Source + ?Sized,
 {
-    let _t = trace::call(op);
+    let _t = tools::call(op);
     let comm = same_comm(destination, source);
     let (_, src) = source.rsmpi_source();
     let dest = destination.rsmpi_destination().1;
@@ -1213,6 +1300,7 @@ where
 }
 
 /// `MPI_Sendrecv` into a buffer, with tags.
+#[track_caller]
 pub fn send_receive_into_with_tags<M, D, B, S>(
     msg: &M,
     destination: &D,
@@ -1239,6 +1327,7 @@ where
 }
 
 /// `MPI_Sendrecv` into a buffer (send tag 0, any receive tag).
+#[track_caller]
 pub fn send_receive_into<M, D, B, S>(msg: &M, destination: &D, buf: &mut B, source: &S) -> Status
 where
     M: Buffer + ?Sized,
@@ -1250,6 +1339,7 @@ where
 }
 
 /// `MPI_Sendrecv_replace`, with tags.
+#[track_caller]
 pub fn send_receive_replace_into_with_tags<B, D, S>(
     buf: &mut B,
     destination: &D,
@@ -1277,6 +1367,7 @@ where
 }
 
 /// `MPI_Sendrecv_replace` (send tag 0, any receive tag).
+#[track_caller]
 pub fn send_receive_replace_into<B, D, S>(buf: &mut B, destination: &D, source: &S) -> Status
 where
     B: Buffer + BufferMut + ?Sized,

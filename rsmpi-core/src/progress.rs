@@ -174,8 +174,8 @@ pub(crate) struct State {
     /// Reads the transport reported [`transport::Posted::Pending`], by token, with the
     /// staging buffer they fill (kept here, unmoved, until the read completes).
     pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
-    /// The tracer, while `RSMPI_TRACE` is on (`crate::trace`).
-    pub trace: Option<Box<crate::trace::Tracer>>,
+    /// The built-in tools, while any is on (`crate::tools`).
+    pub tools: Option<Box<crate::tools::Tools>>,
 }
 
 /// The token of a one-sided operation: a send's put or a transfer's read.
@@ -393,8 +393,8 @@ impl State {
         let Some((header, len)) = self.engine.send_now(&spec)? else {
             return Ok(false);
         };
-        if let Some(t) = self.trace.as_deref_mut() {
-            t.send(dest, ctx, tag, bytes.len() as u64);
+        if let Some(t) = self.tools.as_deref_mut() {
+            t.sent(dest, ctx, tag, bytes.len() as u64);
         }
         let mut spins = 0u32;
         loop {
@@ -595,7 +595,7 @@ impl State {
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
-                    if let Some(t) = self.trace.as_deref_mut() {
+                    if let Some(t) = self.tools.as_deref_mut() {
                         t.received(recv, &outcome);
                     }
                     match self.recv_dst.remove(&recv) {

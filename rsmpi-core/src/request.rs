@@ -175,20 +175,23 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     }
 
     /// Waits for completion (`MPI_Wait`); errors go to the error handler.
+    #[track_caller]
     pub fn wait(self) -> Status {
         self.try_wait()
             .unwrap_or_else(|e| crate::topology::fail("wait", e))
     }
 
     /// Waits for completion and drops the status.
+    #[track_caller]
     pub fn wait_without_status(self) {
         self.wait();
     }
 
     /// Waits for completion and returns the request's buffer (for a receive: the
     /// data received).
+    #[track_caller]
     pub fn wait_for_data(self) -> &'a D {
-        let _t = crate::trace::call(crate::trace::format::Op::Wait);
+        let _t = crate::tools::call(crate::trace::format::Op::Wait);
         let d = self.wait_done();
         let (st, d) = self.complete(d);
         st.unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -197,8 +200,9 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
 
     /// Waits for completion and returns errors (truncation, ready send without a
     /// receive) to the caller.
+    #[track_caller]
     pub fn try_wait(self) -> Result<Status> {
-        let _t = crate::trace::call(crate::trace::format::Op::Wait);
+        let _t = crate::tools::call(crate::trace::format::Op::Wait);
         let d = self.wait_done();
         self.complete_status(d)
     }
@@ -208,16 +212,18 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     }
 
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
+    #[track_caller]
     pub fn test(self) -> std::result::Result<Status, Self> {
         self.test_with_data().map(|(st, _)| st)
     }
 
     /// Tests for completion: the status and the buffer if complete, else the request.
+    #[track_caller]
     pub fn test_with_data(self) -> std::result::Result<(Status, &'a D), Self>
     where
         D: 'a,
     {
-        let _t = crate::trace::call(crate::trace::format::Op::Test);
+        let _t = crate::tools::call(crate::trace::format::Op::Test);
         match progress::test(self.pending.key) {
             Some(d) => {
                 let (st, data) = self.complete(d);
@@ -449,15 +455,17 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     /// `MPI_Testany`: one completed request, if any.
+    #[track_caller]
     pub fn test_any(&mut self) -> Option<(usize, Status, &'a D)> {
-        let _t = crate::trace::call(crate::trace::format::Op::Testany);
+        let _t = crate::tools::call(crate::trace::format::Op::Testany);
         progress_once();
         (0..self.requests.len()).find_map(|i| self.take_done(i))
     }
 
     /// `MPI_Waitany`: waits for one request; `None` once all are complete.
+    #[track_caller]
     pub fn wait_any(&mut self) -> Option<(usize, Status, &'a D)> {
-        let _t = crate::trace::call(crate::trace::format::Op::Waitany);
+        let _t = crate::tools::call(crate::trace::format::Op::Waitany);
         let mut backoff = progress::Backoff::new();
         while self.incomplete() > 0 {
             if let Some(x) = self.test_any() {
@@ -469,8 +477,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     /// `MPI_Testsome`: appends every completed request to `result`.
+    #[track_caller]
     pub fn test_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::trace::call(crate::trace::format::Op::Testsome);
+        let _t = crate::tools::call(crate::trace::format::Op::Testsome);
         result.clear();
         progress_once();
         for i in 0..self.requests.len() {
@@ -480,8 +489,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     /// `MPI_Waitsome`: waits until at least one request completes (unless none is
     /// left) and appends the completed ones to `result`.
+    #[track_caller]
     pub fn wait_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::trace::call(crate::trace::format::Op::Waitsome);
+        let _t = crate::tools::call(crate::trace::format::Op::Waitsome);
         let mut backoff = progress::Backoff::new();
         loop {
             self.test_some(result);
@@ -493,8 +503,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     /// `MPI_Waitall`: waits for every request, appending them to `result`.
+    #[track_caller]
     pub fn wait_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::trace::call(crate::trace::format::Op::Waitall);
+        let _t = crate::tools::call(crate::trace::format::Op::Waitall);
         result.clear();
         for i in 0..self.requests.len() {
             if let Some(r) = self.requests[i].take() {
@@ -508,8 +519,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     /// `MPI_Testall`: if every request is complete, appends them all to `result`
     /// and returns true; otherwise changes nothing and returns false.
+    #[track_caller]
     pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
-        let _t = crate::trace::call(crate::trace::format::Op::Testall);
+        let _t = crate::tools::call(crate::trace::format::Op::Testall);
         result.clear();
         progress_once();
         let all = progress::with(|s| {
@@ -529,10 +541,11 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
 /// `mpi::request::wait_any`: waits for one of `requests`, removes it from the vector
 /// and returns its index and status; `None` for an empty vector.
+#[track_caller]
 pub fn wait_any<'a, D: ?Sized, S>(
     requests: &mut Vec<Request<'a, D, S>>,
 ) -> Option<(usize, Status)> {
-    let _t = crate::trace::call(crate::trace::format::Op::Waitany);
+    let _t = crate::tools::call(crate::trace::format::Op::Waitany);
     if requests.is_empty() {
         return None;
     }
@@ -584,8 +597,9 @@ pub enum TestAny {
 }
 
 /// `MPI_Testany` over a slice whose inactive entries are `None`.
+#[track_caller]
 pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny {
-    let _t = crate::trace::call(crate::trace::format::Op::Testany);
+    let _t = crate::tools::call(crate::trace::format::Op::Testany);
     if reqs.iter().all(Option::is_none) {
         return TestAny::Inactive;
     }
@@ -599,10 +613,11 @@ pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny
 /// `MPI_Waitany` over a slice whose inactive entries are `None`: waits until one
 /// request completes; `None` when every entry is inactive (`MPI_UNDEFINED`). (The
 /// `mpi` crate's form, on a vector, is [`wait_any`].)
+#[track_caller]
 pub fn wait_any_of<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<(usize, Status)> {
-    let _t = crate::trace::call(crate::trace::format::Op::Waitany);
+    let _t = crate::tools::call(crate::trace::format::Op::Waitany);
     let mut backoff = progress::Backoff::new();
     loop {
         match test_any(reqs) {
@@ -614,8 +629,9 @@ pub fn wait_any_of<D: ?Sized, S>(
 }
 
 /// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
+#[track_caller]
 pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
-    let _t = crate::trace::call(crate::trace::format::Op::Testsome);
+    let _t = crate::tools::call(crate::trace::format::Op::Testsome);
     progress_once();
     (0..reqs.len())
         .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
@@ -624,8 +640,9 @@ pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
 /// inactive: then returns an empty vector at once).
+#[track_caller]
 pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
-    let _t = crate::trace::call(crate::trace::format::Op::Waitsome);
+    let _t = crate::tools::call(crate::trace::format::Op::Waitsome);
     let mut backoff = progress::Backoff::new();
     loop {
         if reqs.iter().all(Option::is_none) {
@@ -641,10 +658,11 @@ pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 
 /// `MPI_Testall`: the statuses if every active request completed (then all entries
 /// become `None`), otherwise `None` and nothing changes.
+#[track_caller]
 pub fn test_all<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<Vec<Option<Status>>> {
-    let _t = crate::trace::call(crate::trace::format::Op::Testall);
+    let _t = crate::tools::call(crate::trace::format::Op::Testall);
     progress_once();
     let all = progress::with(|s| {
         reqs.iter()
@@ -655,8 +673,9 @@ pub fn test_all<D: ?Sized, S>(
 }
 
 /// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
+#[track_caller]
 pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
-    let _t = crate::trace::call(crate::trace::format::Op::Waitall);
+    let _t = crate::tools::call(crate::trace::format::Op::Waitall);
     let mut out = vec![None; reqs.len()];
     for (i, r) in reqs.iter_mut().enumerate() {
         if let Some(r) = r.take() {
@@ -687,8 +706,9 @@ impl Persistent<'_> {
     }
 
     /// Waits for the current operation; `None` if it was not started (inactive).
+    #[track_caller]
     pub fn wait(&mut self) -> Option<Status> {
-        let _t = crate::trace::call(crate::trace::format::Op::Wait);
+        let _t = crate::tools::call(crate::trace::format::Op::Wait);
         let p = self.active.take()?;
         let d = progress::wait(p.key);
         Some(
@@ -699,8 +719,9 @@ impl Persistent<'_> {
 
     /// Tests the current operation: `Some(status)` once complete, `None` while
     /// pending or inactive.
+    #[track_caller]
     pub fn test(&mut self) -> Option<Status> {
-        let _t = crate::trace::call(crate::trace::format::Op::Test);
+        let _t = crate::tools::call(crate::trace::format::Op::Test);
         let p = self.active?;
         let d = progress::test(p.key)?;
         self.active = None;

@@ -65,7 +65,7 @@ fn no_op<'a>() -> Prepared<'a> {
 
 /// Starts `sched` with `input` in the library state; the key of its completion.
 fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp) -> Result<Key> {
-    let _t = crate::trace::call(crate::trace::format::Op::ICollective);
+    let _t = crate::tools::call(crate::trace::format::Op::ICollective);
     comm.check_live()?;
     Ok(progress::with(|s| exec::start(s, comm, sched, input, op)))
 }
@@ -124,7 +124,7 @@ fn drive(
     op: Prepared<'_>,
     out: Option<transport::mem::RegionId>,
 ) -> Result<Vec<u8>> {
-    let t = crate::trace::call(crate::trace::format::Op::Collective);
+    let t = crate::tools::call(crate::trace::format::Op::Collective);
     comm.check_live()?;
     let (kind, user) = op;
     let user = user.as_deref();

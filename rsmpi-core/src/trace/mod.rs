@@ -39,70 +39,17 @@ pub mod format;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use format::{Kind, Op, Record, RECORD};
 use matching::{RecvId, RecvOutcome};
 
-use crate::progress;
+use crate::tools;
 use crate::topology::SimpleCommunicator;
 use crate::traits::*;
 
 /// Bytes of one buffer chunk: a whole number of records, about 64 KiB.
 pub const CHUNK: usize = RECORD * 1638;
-
-static ON: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process is tracing.
-#[inline(always)]
-pub fn is_on() -> bool {
-    ON.load(Ordering::Relaxed)
-}
-
-/// An MPI call in progress: records `Enter` when made (if tracing) and `Leave` when
-/// dropped.
-pub(crate) struct Call(Option<Op>);
-
-/// Starts recording the MPI call `op` (a no-op unless tracing).
-#[inline(always)]
-pub(crate) fn call(op: Op) -> Call {
-    if is_on() {
-        enter(op);
-        Call(Some(op))
-    } else {
-        Call(None)
-    }
-}
-
-impl Drop for Call {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if let Some(op) = self.0 {
-            leave(op);
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn enter(op: Op) {
-    let _ = progress::try_with(|s| {
-        if let Some(t) = s.trace.as_deref_mut() {
-            t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0);
-        }
-    });
-}
-
-#[cold]
-#[inline(never)]
-fn leave(op: Op) {
-    let _ = progress::try_with(|s| {
-        if let Some(t) = s.trace.as_deref_mut() {
-            t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
-        }
-    });
-}
 
 /// One rank's tracer, kept in the library state while tracing.
 pub(crate) struct Tracer {
@@ -130,6 +77,8 @@ pub(crate) struct Tracer {
     last_ts: u64,
     after_enter: bool,
     unstamped: usize,
+    /// Writing failed: the trace stops (and says so once).
+    failed: bool,
 }
 
 impl Tracer {
@@ -142,7 +91,7 @@ impl Tracer {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn push(&mut self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
+    pub(crate) fn push(&mut self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
         if !self.recording {
             return;
         }
@@ -237,15 +186,12 @@ impl Tracer {
         if let Err(e) = res {
             // a trace with a hole is worse than none: say so and stop tracing
             eprintln!("rsmpi: RSMPI_TRACE: writing the trace failed ({e}); tracing stops");
-            ON.store(false, Ordering::Relaxed);
             self.recording = false;
+            self.failed = true;
         }
     }
 
     /// A message of `bytes` bytes left for world rank `dest`.
-    // out of line: the hot paths that call it keep their size when tracing is off
-    #[cold]
-    #[inline(never)]
     pub fn send(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64) {
         if !self.recording {
             return;
@@ -257,9 +203,6 @@ impl Tracer {
     }
 
     /// A receive was posted on context `ctx`.
-    // out of line: the hot paths that call it keep their size when tracing is off
-    #[cold]
-    #[inline(never)]
     pub fn posted(&mut self, id: RecvId, ctx: u32) {
         if self.recording {
             self.recv_ctx.insert(id, ctx);
@@ -267,9 +210,6 @@ impl Tracer {
     }
 
     /// A receive completed.
-    // out of line: the hot paths that call it keep their size when tracing is off
-    #[cold]
-    #[inline(never)]
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
         let Some(ctx) = self.recv_ctx.remove(&id) else {
             return;
@@ -321,17 +261,32 @@ fn env_size(name: &str) -> crate::Result<Option<usize>> {
         })
 }
 
-/// Starts tracing if `RSMPI_TRACE` names a directory; called by every rank at
-/// initialisation (a collective: every rank of the job must have the same setting).
-pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
+/// The tracer's settings from the environment: `None` unless `RSMPI_TRACE` names a
+/// directory.
+pub(crate) struct Settings {
+    dir: PathBuf,
+    soft: usize,
+    hard: usize,
+}
+
+pub(crate) fn settings() -> crate::Result<Option<Settings>> {
     let Some(dir) = std::env::var_os("RSMPI_TRACE").filter(|d| !d.is_empty()) else {
-        return Ok(());
+        return Ok(None);
     };
-    let dir = PathBuf::from(dir);
     let soft = env_size("RSMPI_TRACE_SOFT")?.unwrap_or(64 << 20);
     let hard = env_size("RSMPI_TRACE_HARD")?
         .unwrap_or(soft.saturating_mul(4))
         .max(soft);
+    Ok(Some(Settings {
+        dir: PathBuf::from(dir),
+        soft,
+        hard,
+    }))
+}
+
+/// Starts tracing (every rank at initialisation, a collective).
+pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<()> {
+    let Settings { dir, soft, hard } = set;
     let tool = world.duplicate();
     let (rank, size) = (world.rank() as u32, world.size() as u32);
     let io =
@@ -339,7 +294,7 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
     std::fs::create_dir_all(&dir).map_err(io)?;
     let mut file = std::fs::File::create(format::rank_file(&dir, rank)).map_err(io)?;
     file.write_all(&format::header(rank, size)).map_err(io)?;
-    let t = Box::new(Tracer {
+    let t = Tracer {
         file,
         t0: Instant::now(),
         chunks: Vec::new(),
@@ -358,11 +313,13 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
         last_ts: 0,
         after_enter: false,
         unstamped: 0,
-    });
-    progress::with(|s| s.trace = Some(t));
-    ON.store(true, Ordering::Relaxed);
+        failed: false,
+    };
+    tools::with(|s| s.trace = Some(t));
     // epoch 0: the clocks as the run starts
+    tools::with(|t| t.busy = true);
     let (offset, err) = clocks(&tool);
+    tools::with(|t| t.busy = false);
     with_tracer(|t| {
         t.recording = true;
         let ts = t.now();
@@ -373,11 +330,11 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
 
 /// Ends tracing: writes what is left (a local step; every rank does it at finalize).
 pub(crate) fn finish() {
-    if !is_on() {
-        return;
-    }
-    let _ = progress::try_with(|s| {
+    tools::with(|s| {
         if let Some(mut t) = s.trace.take() {
+            if t.failed {
+                return;
+            }
             let ts = t.now();
             let (peak, records) = (t.peak as u64, t.records + 1);
             t.recording = true;
@@ -385,20 +342,17 @@ pub(crate) fn finish() {
             t.write();
         }
     });
-    ON.store(false, Ordering::Relaxed);
 }
 
 fn with_tracer<R>(f: impl FnOnce(&mut Tracer) -> R) -> Option<R> {
-    progress::try_with(|s| s.trace.as_deref_mut().map(f))
-        .ok()
-        .flatten()
+    tools::with(|s| s.trace.as_mut().map(f)).flatten()
 }
 
 /// The end of a blocking collective over `comm`: a flush point if `comm` spans every
 /// rank.
 #[inline(always)]
 pub(crate) fn after_collective(comm: &SimpleCommunicator) {
-    if is_on() {
+    if tools::is_on() {
         flush_point(comm, false);
     }
 }
@@ -417,8 +371,8 @@ pub(crate) fn after_collective(comm: &SimpleCommunicator) {
 /// }
 /// ```
 pub fn sync_point() {
-    if is_on() {
-        let _c = call(Op::SyncPoint);
+    if tools::is_on() {
+        let _c = tools::call(Op::SyncPoint);
         if let Some(tool) = with_tracer(|t| t.tool) {
             flush_point(&tool, true);
         }
@@ -440,6 +394,8 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         t.now()
     })
     .unwrap_or(0);
+    // the flush's own traffic is no tool's business
+    tools::with(|t| t.busy = true);
     let mut any = 0u8;
     tool.all_reduce_into(
         &u8::from(want),
@@ -448,6 +404,7 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
     );
     if any == 0 {
         with_tracer(|t| t.recording = true);
+        tools::with(|t| t.busy = false);
         return;
     }
     // every rank writes, then all pause for the same Z
@@ -473,6 +430,7 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
         t.recording = true;
     });
+    tools::with(|t| t.busy = false);
 }
 
 /// The equalised pause (the paper's `suspension_time`): rank 0 gathers every rank's

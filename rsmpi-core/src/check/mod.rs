@@ -1,0 +1,583 @@
+//! Message-race detection (`RSMPI_CHECK=races`), after MPIRace-Check, corrected
+//! (`docs/tools.md`).
+//!
+//! ```sh
+//! RSMPI_CHECK=races RSMPI_CHECK_LOG=/tmp/races rsmpirun -n 3 ./app
+//! # stderr: rsmpi: message race at rank 0: ... ; /tmp/races/rank-0.jsonl: one JSON line per race
+//! ```
+//!
+//! Two messages race when both could have been taken by the same wildcard receive:
+//! they were sent concurrently (neither send knew of the other's effect) over the same
+//! logical channel. Every rank keeps one vector clock. Each message of a user
+//! communicator carries its sender's clock and the send's source line, in a small note
+//! the checker sends ahead of it on a private communicator (the payload is never
+//! copied). At every receive that completes, in the order the engine matched them:
+//!
+//! * the message from rank `s` with clock `S` races with an earlier wildcard-source
+//!   receive `r` of this rank (a receive or a probe with `ANY_SOURCE`) if `r` could
+//!   have taken it (same communicator, `r`'s tag matches), `r` took a message from
+//!   another sender (MPI's non-overtaking rule orders one sender's messages), and
+//!   the sender did not know of `r` (`S[me] < clock(r)`);
+//! * the rank's clock merges `S` and ticks.
+//!
+//! Each wildcard receive is reported once, naming the receive (call, source line,
+//! pattern), the message it took and the message that raced with it (ranks, tags and
+//! the sends' source lines), as a line on stderr and a JSON line in
+//! `RSMPI_CHECK_LOG/rank-<r>.jsonl`. Which message a racing receive takes depends on
+//! timing; the report does not: it names the same receive and the same two messages
+//! either way.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::panic::Location;
+use std::path::PathBuf;
+
+use matching::{RecvId, RecvOutcome, Source as Src, TagSel};
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::tools;
+use crate::topology::{SimpleCommunicator, INTERNAL};
+use crate::trace::format::Op;
+use crate::traits::*;
+
+type Site = Option<&'static Location<'static>>;
+
+/// Wildcard receives kept per sender for later messages to race with: a message
+/// racing with a receive older than this many (that took messages from the same
+/// sender) goes unreported.
+const WATCH_LIMIT: usize = 1 << 16;
+
+/// Where a call was made, and which.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    op: Option<Op>,
+    site: Site,
+}
+
+/// A receive posted on a user communicator.
+#[derive(Clone, Copy, Debug)]
+struct Posted {
+    ctx: u32,
+    source: Src,
+    tag: TagSel,
+    call: Call,
+}
+
+/// What completed, for the checker to look at after the call.
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    /// A receive took the message number `seq` on channel (`src`, ctx, `tag`).
+    Recv {
+        posted: Posted,
+        src: u32,
+        tag: i32,
+        seq: u64,
+    },
+    /// A wildcard-source probe saw a message from `src`.
+    Probe { posted: Posted, src: u32, tag: i32 },
+}
+
+/// What the sender of a message says about it.
+#[derive(Clone, Debug)]
+struct Note {
+    clock: Vec<u64>,
+    file: String,
+    line: u32,
+}
+
+/// A message as a report names it.
+#[derive(Clone, Debug)]
+struct Msg {
+    src: u32,
+    tag: i32,
+    file: Option<String>,
+    line: u32,
+}
+
+/// A wildcard receive (or probe) that later messages may race with.
+#[derive(Clone, Debug)]
+struct Watched {
+    posted: Posted,
+    clock: u64,
+    took: Msg,
+}
+
+/// One rank's race checker, in the library state while `RSMPI_CHECK` has `races`.
+pub(crate) struct Races {
+    me: u32,
+    clock: Vec<u64>,
+    tool: SimpleCommunicator,
+    sent: HashMap<(u32, u32, i32), u64>,
+    received: HashMap<(u32, u32, i32), u64>,
+    posted: HashMap<RecvId, Posted>,
+    events: Vec<Event>,
+    /// Notes received ahead of their messages, by (source, context, tag, number).
+    notes: HashMap<(u32, u32, i32, u64), Note>,
+    /// Wildcard receives that may still race, by the sender of the message each took,
+    /// oldest (lowest clock) first.
+    watched: Vec<VecDeque<Watched>>,
+    /// Reports printed so far, and the most to print (`RSMPI_CHECK_REPORTS`).
+    printed: u64,
+    max_reports: u64,
+    /// The largest clock of this rank each rank has been seen to know.
+    known_by: Vec<u64>,
+    /// The call being made (the outermost one) and where.
+    call: Call,
+    depth: u32,
+    races: u64,
+    log: Option<std::fs::File>,
+}
+
+/// Whether `RSMPI_CHECK` asks for race detection; an error for what it cannot do.
+pub(crate) fn settings() -> crate::Result<bool> {
+    let Ok(v) = std::env::var("RSMPI_CHECK") else {
+        return Ok(false);
+    };
+    let mut races = false;
+    for w in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match w {
+            "races" => races = true,
+            "errors" | "deadlock" | "all" => {
+                return Err(crate::Error::Setting(format!(
+                    "RSMPI_CHECK={v}: `{w}` is not available yet; `races` is (docs/tools.md)"
+                )))
+            }
+            _ => {
+                return Err(crate::Error::Setting(format!(
+                    "RSMPI_CHECK={v}: expected a list of: races"
+                )))
+            }
+        }
+    }
+    Ok(races)
+}
+
+/// Starts the checker (every rank at initialisation, a collective).
+pub(crate) fn init(world: &SimpleCommunicator) {
+    let tool = world.duplicate();
+    let (me, size) = (world.rank() as u32, world.size() as usize);
+    let log = std::env::var_os("RSMPI_CHECK_LOG")
+        .filter(|d| !d.is_empty())
+        .and_then(|d| {
+            let d = PathBuf::from(d);
+            let f = std::fs::create_dir_all(&d)
+                .and_then(|_| std::fs::File::create(d.join(format!("rank-{me}.jsonl"))));
+            f.map_err(|e| eprintln!("rsmpi: RSMPI_CHECK_LOG={}: {e}", d.display()))
+                .ok()
+        });
+    let r = Races {
+        me,
+        clock: vec![0; size],
+        tool,
+        sent: HashMap::default(),
+        received: HashMap::default(),
+        posted: HashMap::default(),
+        events: Vec::new(),
+        notes: HashMap::default(),
+        watched: vec![VecDeque::new(); size],
+        printed: 0,
+        max_reports: std::env::var("RSMPI_CHECK_REPORTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100),
+        known_by: vec![0; size],
+        call: Call {
+            op: None,
+            site: None,
+        },
+        depth: 0,
+        races: 0,
+        log,
+    };
+    tools::with(|t| t.races = Some(r));
+}
+
+/// At finalize: says how many races this rank found.
+pub(crate) fn finish() {
+    // receives completed outside any watched call (in finalize's own progress)
+    if let Some(Some(r)) = tools::with(|t| t.races.take()) {
+        check_events(r);
+    }
+    if let Some(Some(r)) = tools::with(|t| t.races.take()) {
+        if r.races > 0 {
+            eprintln!(
+                "rsmpi: RSMPI_CHECK=races: rank {} found {} message race{}{}",
+                r.me,
+                r.races,
+                if r.races == 1 { "" } else { "s" },
+                if r.races > r.printed {
+                    format!(
+                        " ({} reported; RSMPI_CHECK_REPORTS raises the limit)",
+                        r.printed
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+}
+
+impl Races {
+    /// An MPI call begins at `site`.
+    pub fn enter(&mut self, op: Op, site: Site) {
+        if self.depth == 0 {
+            self.call = Call { op: Some(op), site };
+        }
+        self.depth += 1;
+    }
+
+    pub fn leave(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+    }
+
+    pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel) {
+        if ctx & INTERNAL == 0 {
+            let call = self.call;
+            self.posted.insert(
+                id,
+                Posted {
+                    ctx,
+                    source,
+                    tag,
+                    call,
+                },
+            );
+        }
+    }
+
+    pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
+        let Some(posted) = self.posted.remove(&id) else {
+            return;
+        };
+        if let RecvOutcome::Received { source, tag, .. } = *outcome {
+            let n = self.received.entry((source, posted.ctx, tag)).or_insert(0);
+            let seq = *n;
+            *n += 1;
+            self.events.push(Event::Recv {
+                posted,
+                src: source,
+                tag,
+                seq,
+            });
+        }
+    }
+
+    /// The note to send ahead of a message to world rank `dest`; ticks the clock.
+    fn note_for(&mut self, ctx: u32, dest: u32, tag: i32) -> Vec<u8> {
+        let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
+        let seq = *n;
+        *n += 1;
+        self.clock[self.me as usize] += 1;
+        let (file, line) = self.call.site.map_or(("", 0), |l| (l.file(), l.line()));
+        let mut b = Vec::with_capacity(24 + file.len() + 8 * self.clock.len());
+        b.extend_from_slice(&ctx.to_le_bytes());
+        b.extend_from_slice(&tag.to_le_bytes());
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&line.to_le_bytes());
+        b.extend_from_slice(&(file.len() as u32).to_le_bytes());
+        b.extend_from_slice(file.as_bytes());
+        for c in &self.clock {
+            b.extend_from_slice(&c.to_le_bytes());
+        }
+        b
+    }
+
+    /// Checks the message `m` (clock `s`) against the watched receives, then merges.
+    fn check(&mut self, ctx: u32, m: &Msg, s: &[u64], report: &mut Vec<(Watched, Msg)>) {
+        let me = self.me as usize;
+        let known = s.get(me).copied().unwrap_or(0);
+        for (g, group) in self.watched.iter_mut().enumerate() {
+            // one sender's messages cannot race with each other (non-overtaking), and
+            // only the receives the sender did not know of (clock above `known`) can
+            if g == m.src as usize {
+                continue;
+            }
+            let from = group.partition_point(|w| w.clock <= known);
+            let mut i = from;
+            while i < group.len() {
+                let w = &group[i];
+                let races = w.posted.ctx == ctx
+                    && match w.posted.tag {
+                        TagSel::Any => true,
+                        TagSel::Tag(t) => t == m.tag,
+                    };
+                if races {
+                    // each receive is reported once
+                    let w = group.remove(i).expect("in range");
+                    report.push((w, m.clone()));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for (c, x) in self.clock.iter_mut().zip(s) {
+            *c = (*c).max(*x);
+        }
+        self.clock[me] += 1;
+        let k = &mut self.known_by[m.src as usize];
+        *k = (*k).max(known);
+        // a receive that took a message from `g` can race only with the messages of
+        // ranks other than `g`; once each of them has been seen to know of it, never
+        let (mut low, mut low_at, mut second) = (u64::MAX, usize::MAX, u64::MAX);
+        for (r, k) in self.known_by.iter().enumerate().filter(|(r, _)| *r != me) {
+            if *k < low {
+                (second, low, low_at) = (low, *k, r);
+            } else if *k < second {
+                second = *k;
+            }
+        }
+        for (g, group) in self.watched.iter_mut().enumerate() {
+            let floor = if g == low_at { second } else { low };
+            while group.front().is_some_and(|w| w.clock <= floor) {
+                group.pop_front();
+            }
+        }
+    }
+
+    fn watch(&mut self, posted: Posted, took: Msg) {
+        if posted.source == Src::Any {
+            let clock = self.clock[self.me as usize];
+            let group = &mut self.watched[took.src as usize];
+            if group.len() == WATCH_LIMIT {
+                // a rank that never hears from this one keeps every receive racy:
+                // bound the memory, forget the oldest
+                group.pop_front();
+            }
+            group.push_back(Watched {
+                posted,
+                clock,
+                took,
+            });
+        }
+    }
+}
+
+/// The call `op` is being made at `site` (from the tools' enter hook).
+pub(crate) fn enter(t: &mut tools::Tools, op: Op, site: Site) {
+    if let Some(r) = &mut t.races {
+        r.enter(op, site);
+    }
+}
+
+/// Before a message of a user communicator leaves for world rank `dest`: sends its
+/// note ahead of it.
+#[cold]
+#[inline(never)]
+pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32) {
+    if ctx & INTERNAL != 0 {
+        return;
+    }
+    let Some(Some((tool, note))) = tools::with(|t| {
+        if t.busy {
+            return None;
+        }
+        let r = t.races.as_mut()?;
+        Some((r.tool, r.note_for(ctx, dest, tag)))
+    }) else {
+        return;
+    };
+    own_traffic(|| {
+        tool.process_at_rank(dest as i32)
+            .send_with_tag(&note[..], 0)
+    });
+}
+
+/// A wildcard-source probe on `ctx` saw a message from world rank `src`.
+pub(crate) fn probed(ctx: u32, source: Src, tag_sel: TagSel, src: u32, tag: i32) {
+    if source != Src::Any || ctx & INTERNAL != 0 {
+        return;
+    }
+    tools::with(|t| {
+        if t.busy {
+            return;
+        }
+        if let Some(r) = &mut t.races {
+            let posted = Posted {
+                ctx,
+                source,
+                tag: tag_sel,
+                call: r.call,
+            };
+            r.events.push(Event::Probe { posted, src, tag });
+        }
+    });
+}
+
+/// Runs the checker's own traffic, which no tool records or checks.
+fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
+    tools::with(|t| t.busy = true);
+    let r = f();
+    tools::with(|t| t.busy = false);
+    r
+}
+
+/// Checks the receives completed since the last call, in the order they matched (from
+/// the tools' leave hook, outside the library state).
+pub(crate) fn settle() {
+    let Some(Some(r)) = tools::with(|t| {
+        if t.busy {
+            return None;
+        }
+        let r = t.races.as_mut()?;
+        r.leave();
+        if r.depth > 0 || r.events.is_empty() {
+            return None;
+        }
+        t.races.take()
+    }) else {
+        return;
+    };
+    check_events(r);
+}
+
+/// Checks the completed receives `r` holds, then puts `r` back in the tools.
+fn check_events(mut r: Races) {
+    let mut found = Vec::new();
+    own_traffic(|| {
+        for ev in std::mem::take(&mut r.events) {
+            match ev {
+                Event::Recv {
+                    posted,
+                    src,
+                    tag,
+                    seq,
+                } => {
+                    let note = note_of(&mut r, src, posted.ctx, tag, seq);
+                    let m = Msg {
+                        src,
+                        tag,
+                        file: Some(note.file.clone()),
+                        line: note.line,
+                    };
+                    r.check(posted.ctx, &m, &note.clock, &mut found);
+                    r.watch(posted, m);
+                }
+                Event::Probe { posted, src, tag } => {
+                    r.clock[r.me as usize] += 1;
+                    r.watch(
+                        posted,
+                        Msg {
+                            src,
+                            tag,
+                            file: None,
+                            line: 0,
+                        },
+                    );
+                }
+            }
+        }
+    });
+    for (w, m) in found {
+        report(&mut r, &w, &m);
+    }
+    tools::with(|t| t.races = Some(r));
+}
+
+/// The note of message `seq` on channel (`src`, `ctx`, `tag`): sent ahead of the
+/// message, so it is here or on its way.
+fn note_of(r: &mut Races, src: u32, ctx: u32, tag: i32, seq: u64) -> Note {
+    loop {
+        if let Some(n) = r.notes.remove(&(src, ctx, tag, seq)) {
+            return n;
+        }
+        let (b, _): (Vec<u8>, _) = r.tool.process_at_rank(src as i32).receive_vec_with_tag(0);
+        let (k, n) = decode(src, &b).unwrap_or_else(|| {
+            crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed race-checker note"))
+        });
+        r.notes.insert(k, n);
+    }
+}
+
+fn decode(src: u32, b: &[u8]) -> Option<((u32, u32, i32, u64), Note)> {
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let ctx = u32_at(0)?;
+    let tag = u32_at(4)? as i32;
+    let seq = u64_at(8)?;
+    let line = u32_at(16)?;
+    let flen = u32_at(20)? as usize;
+    let file = String::from_utf8_lossy(b.get(24..24 + flen)?).into_owned();
+    let clock = b
+        .get(24 + flen..)?
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+        .collect();
+    Some(((src, ctx, tag, seq), Note { clock, file, line }))
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn report(r: &mut Races, w: &Watched, m: &Msg) {
+    r.races += 1;
+    if r.printed >= r.max_reports {
+        return;
+    }
+    r.printed += 1;
+    let ctx = w.posted.ctx;
+    let rank_in = |world: u32| crate::progress::with(|s| s.comm_rank(ctx, world));
+    let call = w.posted.call.op.map_or("receive", Op::name);
+    let (file, line) = w
+        .posted
+        .call
+        .site
+        .map_or(("?", 0), |l| (l.file(), l.line()));
+    let tag = match w.posted.tag {
+        TagSel::Any => "any".to_string(),
+        TagSel::Tag(t) => t.to_string(),
+    };
+    let at = |x: &Msg| match &x.file {
+        Some(f) => format!("{f}:{}", x.line),
+        None => "?".into(),
+    };
+    eprintln!(
+        "rsmpi: message race at rank {me}: {call} (source any, tag {tag}) at {file}:{line} \
+         took the message from rank {} (tag {}, sent at {}), but the message from rank {} \
+         (tag {}, sent at {}) was sent concurrently and could have been taken instead",
+        rank_in(w.took.src),
+        w.took.tag,
+        at(&w.took),
+        rank_in(m.src),
+        m.tag,
+        at(m),
+        me = rank_in(r.me),
+    );
+    let msg_json = |x: &Msg| {
+        format!(
+            "{{\"source\":{},\"tag\":{},\"file\":{},\"line\":{}}}",
+            rank_in(x.src),
+            x.tag,
+            x.file.as_deref().map_or("null".into(), json_str),
+            x.line
+        )
+    };
+    let tag_json = match w.posted.tag {
+        TagSel::Any => "\"any\"".to_string(),
+        TagSel::Tag(t) => t.to_string(),
+    };
+    let line_json = format!(
+        "{{\"check\":\"race\",\"rank\":{},\"receive\":{{\"call\":{},\"file\":{},\"line\":{line},\"source\":\"any\",\"tag\":{tag_json},\"context\":{ctx}}},\"messages\":[{},{}]}}",
+        rank_in(r.me),
+        json_str(call),
+        json_str(file),
+        msg_json(&w.took),
+        msg_json(m),
+    );
+    eprintln!("rsmpi-check: {line_json}");
+    if let Some(f) = &mut r.log {
+        let _ = writeln!(f, "{line_json}");
+    }
+}
