@@ -140,7 +140,7 @@ pub(crate) fn start_send(
     };
     let id = s.engine.start_send(spec)?;
     if let Some(t) = s.tools.as_deref_mut() {
-        t.sent(dest, ctx, tag, len as u64);
+        t.sent(dest, ctx, tag, len as u64, Some(id));
     }
     if registered {
         s.exposed(Key::Send(id), buf);
@@ -192,10 +192,14 @@ fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
 }
 
 /// A send to `rank` of `comm` is about to start and a tool watches it: the race
-/// checker sends the message's note ahead of it (nothing for a send that will fail).
+/// checker sends the message's note ahead of it (nothing for a send that will fail);
+/// with `RSMPI_CHECK_SYNC=1` a standard send becomes synchronous.
 #[cold]
 #[inline(never)]
-fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag) {
+fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, mode: &mut SendMode) {
+    if *mode == SendMode::Standard && crate::check::sync_sends() {
+        *mode = SendMode::Synchronous;
+    }
     if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
         crate::check::before_send(comm.ctx, dest, tag);
     }
@@ -216,8 +220,9 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
         SendMode::Synchronous => Op::Ssend,
         SendMode::Ready => Op::Rsend,
     });
+    let mut mode = mode;
     if t.watched() {
-        watch_send(comm, rank, tag);
+        watch_send(comm, rank, tag, &mut mode);
     }
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
@@ -328,8 +333,9 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
         SendMode::Synchronous => Op::Issend,
         SendMode::Ready => Op::Irsend,
     });
+    let mut mode = mode;
     if t.watched() {
-        watch_send(comm, rank, tag);
+        watch_send(comm, rank, tag, &mut mode);
     }
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));

@@ -394,7 +394,7 @@ impl State {
             return Ok(false);
         };
         if let Some(t) = self.tools.as_deref_mut() {
-            t.sent(dest, ctx, tag, bytes.len() as u64);
+            t.sent(dest, ctx, tag, bytes.len() as u64, None);
         }
         let mut spins = 0u32;
         loop {
@@ -615,6 +615,9 @@ impl State {
                     self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
+                    if let Some(t) = self.tools.as_deref_mut() {
+                        t.send_done(send);
+                    }
                     match self.send_src.get(&send) {
                         Some(SendSrc::Region(r)) => {
                             self.by_region.remove(r);
@@ -734,6 +737,9 @@ pub(crate) fn wait(key: Key) -> Done {
             b.busy();
         } else {
             b.idle();
+            if crate::tools::is_on() {
+                crate::check::deadlock::waiting(key);
+            }
         }
     }
 }

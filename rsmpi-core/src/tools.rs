@@ -8,8 +8,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use matching::{RecvId, RecvOutcome, Source, TagSel};
+use matching::{RecvId, RecvOutcome, SendId, Source, TagSel};
 
+use crate::check::deadlock::Deadlock;
 use crate::check::Races;
 use crate::progress;
 use crate::topology::SimpleCommunicator;
@@ -29,20 +30,37 @@ pub(crate) fn is_on() -> bool {
 pub(crate) struct Tools {
     pub trace: Option<Tracer>,
     pub races: Option<Races>,
+    pub deadlock: Option<Deadlock>,
     /// A tool's own traffic is running: no tool records or checks it.
     pub busy: bool,
+    /// The user's MPI call in progress (the outermost one) and how deep inside it
+    /// the library is.
+    pub call: crate::check::Call,
+    pub depth: u32,
 }
 
 impl Tools {
     /// A message of `bytes` bytes left for world rank `dest`.
     #[cold]
     #[inline(never)]
-    pub fn sent(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64) {
+    pub fn sent(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64, id: Option<SendId>) {
         if self.busy {
             return;
         }
         if let Some(t) = &mut self.trace {
             t.send(dest, ctx, tag, bytes);
+        }
+        if let (Some(d), Some(id)) = (&mut self.deadlock, id) {
+            d.send_started(id, dest, self.call);
+        }
+    }
+
+    /// A send completed.
+    #[cold]
+    #[inline(never)]
+    pub fn send_done(&mut self, id: SendId) {
+        if let Some(d) = &mut self.deadlock {
+            d.send_done(id);
         }
     }
 
@@ -58,7 +76,10 @@ impl Tools {
             t.posted(id, ctx);
         }
         if let Some(r) = &mut self.races {
-            r.posted(id, ctx, source, tag);
+            r.posted(id, ctx, source, tag, self.call);
+        }
+        if let Some(d) = &mut self.deadlock {
+            d.posted(id, source, self.call);
         }
     }
 
@@ -72,6 +93,9 @@ impl Tools {
         if let Some(r) = &mut self.races {
             r.received(id, outcome);
         }
+        if let Some(d) = &mut self.deadlock {
+            d.received(id);
+        }
     }
 }
 
@@ -79,14 +103,14 @@ impl Tools {
 /// (the tools' set-up is collective: every rank must have the same settings).
 pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
     let trace = crate::trace::settings()?;
-    let races = crate::check::settings()?;
-    if trace.is_none() && !races {
+    let checks = crate::check::settings()?;
+    if trace.is_none() && !checks.any() {
         return Ok(());
     }
     progress::with(|s| s.tools = Some(Box::default()));
     ON.store(true, Ordering::Relaxed);
-    if races {
-        crate::check::init(world);
+    if checks.any() {
+        crate::check::init(world, checks)?;
     }
     if let Some(t) = trace {
         crate::trace::init(world, t)?;
@@ -99,6 +123,7 @@ pub(crate) fn finish() {
     if is_on() {
         crate::check::finish();
         crate::trace::finish();
+        with(|t| t.deadlock = None);
         ON.store(false, Ordering::Relaxed);
     }
 }
@@ -152,7 +177,13 @@ fn enter(op: Op, site: &'static std::panic::Location<'static>) {
         if t.busy {
             return;
         }
-        crate::check::enter(t, op, Some(site));
+        if t.depth == 0 {
+            t.call = crate::check::Call {
+                op: Some(op),
+                site: Some(site),
+            };
+        }
+        t.depth += 1;
         if let Some(t) = &mut t.trace {
             t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0);
         }
@@ -166,6 +197,7 @@ fn leave(op: Op) {
         if t.busy {
             return;
         }
+        t.depth = t.depth.saturating_sub(1);
         if let Some(t) = &mut t.trace {
             t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
         }

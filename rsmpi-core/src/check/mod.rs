@@ -27,6 +27,8 @@
 //! timing; the report does not: it names the same receive and the same two messages
 //! either way.
 
+pub(crate) mod deadlock;
+
 use std::collections::VecDeque;
 use std::io::Write;
 use std::panic::Location;
@@ -47,11 +49,11 @@ type Site = Option<&'static Location<'static>>;
 /// sender) goes unreported.
 const WATCH_LIMIT: usize = 1 << 16;
 
-/// Where a call was made, and which.
-#[derive(Clone, Copy, Debug)]
-struct Call {
-    op: Option<Op>,
-    site: Site,
+/// Where the user's MPI call was made, and which call it is.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Call {
+    pub op: Option<Op>,
+    pub site: Site,
 }
 
 /// A receive posted on a user communicator.
@@ -121,50 +123,105 @@ pub(crate) struct Races {
     max_reports: u64,
     /// The largest clock of this rank each rank has been seen to know.
     known_by: Vec<u64>,
-    /// The call being made (the outermost one) and where.
-    call: Call,
-    depth: u32,
     races: u64,
-    log: Option<std::fs::File>,
 }
 
-/// Whether `RSMPI_CHECK` asks for race detection; an error for what it cannot do.
-pub(crate) fn settings() -> crate::Result<bool> {
+/// What `RSMPI_CHECK` asks for.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Settings {
+    pub races: bool,
+    pub deadlock: bool,
+}
+
+impl Settings {
+    pub fn any(&self) -> bool {
+        self.races || self.deadlock
+    }
+}
+
+/// The checks `RSMPI_CHECK` asks for; an error for what it cannot do.
+pub(crate) fn settings() -> crate::Result<Settings> {
+    let mut set = Settings::default();
     let Ok(v) = std::env::var("RSMPI_CHECK") else {
-        return Ok(false);
+        return Ok(set);
     };
-    let mut races = false;
     for w in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         match w {
-            "races" => races = true,
-            "errors" | "deadlock" | "all" => {
+            "races" => set.races = true,
+            "deadlock" => set.deadlock = true,
+            "errors" | "all" => {
                 return Err(crate::Error::Setting(format!(
-                    "RSMPI_CHECK={v}: `{w}` is not available yet; `races` is (docs/tools.md)"
+                    "RSMPI_CHECK={v}: `{w}` is not available yet; `races` and `deadlock` are \
+                     (docs/tools.md)"
                 )))
             }
             _ => {
                 return Err(crate::Error::Setting(format!(
-                    "RSMPI_CHECK={v}: expected a list of: races"
+                    "RSMPI_CHECK={v}: expected a list of: races, deadlock"
                 )))
             }
         }
     }
-    Ok(races)
+    Ok(set)
 }
 
-/// Starts the checker (every rank at initialisation, a collective).
-pub(crate) fn init(world: &SimpleCommunicator) {
+/// Seconds from the environment variable `name`, if set.
+fn env_secs(name: &str) -> crate::Result<Option<std::time::Duration>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(None);
+    };
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(|s| Some(std::time::Duration::from_secs_f64(s)))
+        .ok_or_else(|| {
+            crate::Error::Setting(format!("{name}={v}: expected seconds, such as 1 or 0.5"))
+        })
+}
+
+thread_local! {
+    /// `RSMPI_CHECK_LOG/rank-<r>.jsonl`, where every report's JSON line also goes.
+    static LOG: std::cell::RefCell<Option<std::fs::File>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A report's JSON line: to stderr, and to the log if there is one.
+pub(crate) fn log_line(line: &str) {
+    eprintln!("rsmpi-check: {line}");
+    LOG.with(|l| {
+        if let Some(f) = &mut *l.borrow_mut() {
+            let _ = writeln!(f, "{line}");
+        }
+    });
+}
+
+/// Starts the checks `set` asks for (every rank at initialisation, a collective).
+pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<()> {
+    let me = world.rank() as u32;
+    if let Some(d) = std::env::var_os("RSMPI_CHECK_LOG").filter(|d| !d.is_empty()) {
+        let d = PathBuf::from(d);
+        let f = std::fs::create_dir_all(&d)
+            .and_then(|_| std::fs::File::create(d.join(format!("rank-{me}.jsonl"))))
+            .map_err(|e| crate::Error::Setting(format!("RSMPI_CHECK_LOG={}: {e}", d.display())))?;
+        LOG.with(|l| *l.borrow_mut() = Some(f));
+    }
+    if set.deadlock {
+        let timeout = env_secs("RSMPI_CHECK_TIMEOUT")?.unwrap_or(std::time::Duration::from_secs(1));
+        let hang = env_secs("RSMPI_CHECK_HANG")?.unwrap_or(timeout * 10);
+        let sync = std::env::var("RSMPI_CHECK_SYNC").is_ok_and(|v| v == "1");
+        let tool = world.duplicate();
+        let d = deadlock::Deadlock::new(me, tool, timeout, hang, sync);
+        tools::with(|t| t.deadlock = Some(d));
+    }
+    if set.races {
+        races_init(world);
+    }
+    Ok(())
+}
+
+fn races_init(world: &SimpleCommunicator) {
     let tool = world.duplicate();
     let (me, size) = (world.rank() as u32, world.size() as usize);
-    let log = std::env::var_os("RSMPI_CHECK_LOG")
-        .filter(|d| !d.is_empty())
-        .and_then(|d| {
-            let d = PathBuf::from(d);
-            let f = std::fs::create_dir_all(&d)
-                .and_then(|_| std::fs::File::create(d.join(format!("rank-{me}.jsonl"))));
-            f.map_err(|e| eprintln!("rsmpi: RSMPI_CHECK_LOG={}: {e}", d.display()))
-                .ok()
-        });
     let r = Races {
         me,
         clock: vec![0; size],
@@ -181,13 +238,7 @@ pub(crate) fn init(world: &SimpleCommunicator) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
         known_by: vec![0; size],
-        call: Call {
-            op: None,
-            site: None,
-        },
-        depth: 0,
         races: 0,
-        log,
     };
     tools::with(|t| t.races = Some(r));
 }
@@ -219,21 +270,8 @@ pub(crate) fn finish() {
 }
 
 impl Races {
-    /// An MPI call begins at `site`.
-    pub fn enter(&mut self, op: Op, site: Site) {
-        if self.depth == 0 {
-            self.call = Call { op: Some(op), site };
-        }
-        self.depth += 1;
-    }
-
-    pub fn leave(&mut self) {
-        self.depth = self.depth.saturating_sub(1);
-    }
-
-    pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel) {
+    pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel, call: Call) {
         if ctx & INTERNAL == 0 {
-            let call = self.call;
             self.posted.insert(
                 id,
                 Posted {
@@ -264,12 +302,12 @@ impl Races {
     }
 
     /// The note to send ahead of a message to world rank `dest`; ticks the clock.
-    fn note_for(&mut self, ctx: u32, dest: u32, tag: i32) -> Vec<u8> {
+    fn note_for(&mut self, ctx: u32, dest: u32, tag: i32, call: Call) -> Vec<u8> {
         let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
         let seq = *n;
         *n += 1;
         self.clock[self.me as usize] += 1;
-        let (file, line) = self.call.site.map_or(("", 0), |l| (l.file(), l.line()));
+        let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
         let mut b = Vec::with_capacity(24 + file.len() + 8 * self.clock.len());
         b.extend_from_slice(&ctx.to_le_bytes());
         b.extend_from_slice(&tag.to_le_bytes());
@@ -353,13 +391,6 @@ impl Races {
     }
 }
 
-/// The call `op` is being made at `site` (from the tools' enter hook).
-pub(crate) fn enter(t: &mut tools::Tools, op: Op, site: Site) {
-    if let Some(r) = &mut t.races {
-        r.enter(op, site);
-    }
-}
-
 /// Before a message of a user communicator leaves for world rank `dest`: sends its
 /// note ahead of it.
 #[cold]
@@ -372,8 +403,9 @@ pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32) {
         if t.busy {
             return None;
         }
+        let call = t.call;
         let r = t.races.as_mut()?;
-        Some((r.tool, r.note_for(ctx, dest, tag)))
+        Some((r.tool, r.note_for(ctx, dest, tag, call)))
     }) else {
         return;
     };
@@ -397,11 +429,18 @@ pub(crate) fn probed(ctx: u32, source: Src, tag_sel: TagSel, src: u32, tag: i32)
                 ctx,
                 source,
                 tag: tag_sel,
-                call: r.call,
+                call: t.call,
             };
             r.events.push(Event::Probe { posted, src, tag });
         }
     });
+}
+
+/// Whether standard sends run as synchronous ones (`RSMPI_CHECK_SYNC=1` with
+/// `RSMPI_CHECK=deadlock`).
+pub(crate) fn sync_sends() -> bool {
+    // never the tools' own sends
+    tools::with(|t| !t.busy && t.deadlock.as_ref().is_some_and(|d| d.sync_sends)).unwrap_or(false)
 }
 
 /// Runs the checker's own traffic, which no tool records or checks.
@@ -420,8 +459,7 @@ pub(crate) fn settle() {
             return None;
         }
         let r = t.races.as_mut()?;
-        r.leave();
-        if r.depth > 0 || r.events.is_empty() {
+        if t.depth > 0 || r.events.is_empty() {
             return None;
         }
         t.races.take()
@@ -506,7 +544,7 @@ fn decode(src: u32, b: &[u8]) -> Option<((u32, u32, i32, u64), Note)> {
     Some(((src, ctx, tag, seq), Note { clock, file, line }))
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {
@@ -576,8 +614,5 @@ fn report(r: &mut Races, w: &Watched, m: &Msg) {
         msg_json(&w.took),
         msg_json(m),
     );
-    eprintln!("rsmpi-check: {line_json}");
-    if let Some(f) = &mut r.log {
-        let _ = writeln!(f, "{line_json}");
-    }
+    log_line(&line_json);
 }

@@ -1,0 +1,66 @@
+//! `deadlocks CASE`: programs for the deadlock detector's tests (`tests/deadlocks.rs`),
+//! run under `RSMPI_CHECK=deadlock`.
+//!
+//! * `recv-recv` (2 ranks): each rank receives from the other first: a deadlock,
+//!   0 → 1 → 0.
+//! * `ring` (3 ranks): each rank receives from its left neighbour first: 0 → 2 → 1 → 0.
+//! * `send-send` (2 ranks): each rank sends to the other, then receives. Fine when
+//!   MPI buffers the small sends; a deadlock when sends are synchronous
+//!   (`RSMPI_CHECK_SYNC=1`): a potential deadlock.
+//! * `ordered` (2 ranks): rank 0 sends then receives, rank 1 the other way round: fine.
+//! * `late` (2 ranks): rank 1 computes for 3 s before it sends; rank 0 waits in its
+//!   receive: no deadlock, a hang report.
+//!
+//! The helpers are `#[track_caller]`, so that reports name the lines of the cases.
+#![forbid(unsafe_code)]
+
+use rsmpi::traits::*;
+use rsmpi::Rank;
+
+#[track_caller]
+fn recv(w: &impl Communicator, from: Rank) -> u64 {
+    let (v, _) = w.process_at_rank(from).receive_with_tag::<u64>(1);
+    v
+}
+
+#[track_caller]
+fn send(w: &impl Communicator, to: Rank) {
+    w.process_at_rank(to).send_with_tag(&(w.rank() as u64), 1);
+}
+
+fn main() {
+    let case = std::env::args().nth(1).expect("CASE");
+    let universe = rsmpi::initialize().expect("init");
+    let w = universe.world();
+    let (me, n) = (w.rank(), w.size());
+    let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+    match case.as_str() {
+        "recv-recv" | "ring" => {
+            recv(&w, left);
+            send(&w, right);
+        }
+        "send-send" => {
+            send(&w, right);
+            assert_eq!(recv(&w, left), left as u64);
+        }
+        "ordered" => {
+            if me == 0 {
+                send(&w, 1);
+                recv(&w, 1);
+            } else {
+                recv(&w, 0);
+                send(&w, 0);
+            }
+        }
+        "late" => {
+            if me == 0 {
+                recv(&w, 1);
+            } else {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                send(&w, 0);
+            }
+        }
+        c => panic!("unknown case {c}"),
+    }
+    w.barrier();
+}

@@ -1,0 +1,135 @@
+//! The deadlock detector (`RSMPI_CHECK=deadlock`) on the programs of
+//! `src/bin/deadlocks.rs`, each a real multi-rank job: the `Recv`/`Recv` deadlock is
+//! reported as the cycle 0 → 1 → 0 and a three-rank ring as its three edges, within a
+//! few seconds, and the job then ends with an error; a potential deadlock (sends
+//! that rely on buffering) is found when sends run synchronous; correct programs
+//! report nothing; a long wait without a cycle is reported as a hang.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_deadlocks");
+
+/// Runs `deadlocks case`; (exit status, seconds, every JSON line of every rank).
+fn run(case: &str, ranks: u32, env: &[(&str, &str)]) -> (i32, f64, Vec<serde_json::Value>) {
+    let dir = conformance::scratch(&format!("deadlock-{case}"));
+    let mut j = launcher::Job::new(ranks, Path::new(EXE), [case]);
+    j.timeout = Some(Duration::from_secs(60));
+    j.prefix_output = true;
+    j.forward_signals = false;
+    j.env.push(("RSMPI_CHECK".into(), "deadlock".into()));
+    j.env.push(("RSMPI_CHECK_TIMEOUT".into(), "0.5".into()));
+    j.env
+        .push(("RSMPI_CHECK_LOG".into(), dir.clone().into_os_string()));
+    for (k, v) in env {
+        j.env.push(((*k).into(), (*v).into()));
+    }
+    let t = Instant::now();
+    let code = launcher::run(&j).expect("launch");
+    let secs = t.elapsed().as_secs_f64();
+    let mut lines = Vec::new();
+    for r in 0..ranks {
+        if let Ok(text) = std::fs::read_to_string(dir.join(format!("rank-{r}.jsonl"))) {
+            lines.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str(l).expect("a JSON line")),
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    (code, secs, lines)
+}
+
+/// The edges (rank, waits for) and calls of a deadlock report.
+fn cycle(v: &serde_json::Value) -> (BTreeSet<(u64, u64)>, BTreeSet<String>) {
+    assert_eq!(v["check"], "deadlock", "{v}");
+    let hops = v["cycle"].as_array().expect("cycle");
+    for h in hops {
+        assert_eq!(h["file"], "conformance/src/bin/deadlocks.rs", "{h}");
+        assert!(h["line"].as_u64().unwrap() > 0);
+    }
+    (
+        hops.iter()
+            .map(|h| {
+                (
+                    h["rank"].as_u64().unwrap(),
+                    h["waits_for"].as_u64().unwrap(),
+                )
+            })
+            .collect(),
+        hops.iter()
+            .map(|h| h["call"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+fn set<T: Ord + Clone>(v: &[T]) -> BTreeSet<T> {
+    v.iter().cloned().collect()
+}
+
+#[test]
+fn recv_recv_is_the_cycle_0_1_0_and_ends_the_job() {
+    let (code, secs, lines) = run("recv-recv", 2, &[]);
+    assert_ne!(code, 0, "the job must end with an error");
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            cycle(l),
+            (set(&[(0, 1), (1, 0)]), set(&["MPI_Recv".to_string()]))
+        );
+    }
+}
+
+#[test]
+fn a_three_rank_ring_reports_its_three_edges() {
+    let (code, secs, lines) = run("ring", 3, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(cycle(l).0, set(&[(0, 2), (1, 0), (2, 1)]));
+    }
+}
+
+#[test]
+fn buffered_sends_are_a_potential_deadlock_found_by_synchronous_sends() {
+    // MPI may buffer the small sends: the program runs, and nothing is reported
+    let (code, _, lines) = run("send-send", 2, &[]);
+    assert_eq!((code, lines.len()), (0, 0));
+    // run synchronous, it deadlocks, and the cycle is reported
+    let (code, secs, lines) = run("send-send", 2, &[("RSMPI_CHECK_SYNC", "1")]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0);
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            cycle(l),
+            (set(&[(0, 1), (1, 0)]), set(&["MPI_Send".to_string()]))
+        );
+    }
+}
+
+#[test]
+fn correct_programs_report_nothing() {
+    for case in ["ordered", "send-send"] {
+        let (code, _, lines) = run(case, 2, &[]);
+        assert_eq!(code, 0, "{case}");
+        assert!(lines.is_empty(), "{case}: {lines:?}");
+    }
+}
+
+#[test]
+fn a_long_wait_without_a_cycle_is_a_hang_not_a_deadlock() {
+    let (code, _, lines) = run("late", 2, &[("RSMPI_CHECK_HANG", "1")]);
+    assert_eq!(code, 0, "a hang report does not end the job");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let h = &lines[0];
+    assert_eq!(h["check"], "hang");
+    assert_eq!(
+        (h["rank"].as_u64(), h["waits_for"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(h["call"], "MPI_Recv");
+}
