@@ -184,6 +184,6 @@ fn unavailable_checks_end_the_job_with_an_error() {
     let mut j = launcher::Job::new(3, Path::new(EXE), ["fig2-a"]);
     j.timeout = Some(Duration::from_secs(60));
     j.forward_signals = false;
-    j.env.push(("RSMPI_CHECK".into(), "deadlock".into()));
+    j.env.push(("RSMPI_CHECK".into(), "races,errors".into()));
     assert_ne!(launcher::run(&j).expect("launch"), 0);
 }

@@ -196,12 +196,14 @@ fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
 /// with `RSMPI_CHECK_SYNC=1` a standard send becomes synchronous.
 #[cold]
 #[inline(never)]
-fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, mode: &mut SendMode) {
-    if *mode == SendMode::Standard && crate::check::sync_sends() {
-        *mode = SendMode::Synchronous;
-    }
+fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, mode: SendMode) -> SendMode {
     if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
         crate::check::before_send(comm.ctx, dest, tag);
+    }
+    if mode == SendMode::Standard && crate::check::sync_sends() {
+        SendMode::Synchronous
+    } else {
+        mode
     }
 }
 
@@ -220,10 +222,11 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
         SendMode::Synchronous => Op::Ssend,
         SendMode::Ready => Op::Rsend,
     });
-    let mut mode = mode;
-    if t.watched() {
-        watch_send(comm, rank, tag, &mut mode);
-    }
+    let mode = if t.watched() {
+        watch_send(comm, rank, tag, mode)
+    } else {
+        mode
+    };
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
     let dest = progress::try_with(|s| -> Result<Option<u32>> {
@@ -333,10 +336,11 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
         SendMode::Synchronous => Op::Issend,
         SendMode::Ready => Op::Irsend,
     });
-    let mut mode = mode;
-    if t.watched() {
-        watch_send(comm, rank, tag, &mut mode);
-    }
+    let mode = if t.watched() {
+        watch_send(comm, rank, tag, mode)
+    } else {
+        mode
+    };
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };

@@ -1,5 +1,5 @@
 //! `races CASE`: programs for the race checker's tests (`tests/races.rs`), run under
-//! `RSMPI_CHECK=races`. `RACE_DELAY=<rank>` makes that rank wait 40 ms before it
+//! `RSMPI_CHECK=races`. `RACE_DELAY=<rank>` makes that rank wait 150 ms before it
 //! sends, so that a test can flip the order in which racing messages arrive.
 //!
 //! * `fig2-a` .. `fig2-d` (3 ranks): the four cases of MPIRace-Check's Fig. 2; rank 0
@@ -34,7 +34,7 @@ fn delay(me: Rank) {
         .ok()
         .and_then(|v| v.parse::<Rank>().ok());
     if d == Some(me) {
-        std::thread::sleep(Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(150));
     }
 }
 
