@@ -246,9 +246,7 @@ fn races_init(world: &SimpleCommunicator) {
 /// At finalize: says how many races this rank found.
 pub(crate) fn finish() {
     // receives completed outside any watched call (in finalize's own progress)
-    if let Some(Some(r)) = tools::with(|t| t.races.take()) {
-        check_events(r);
-    }
+    check_events();
     if let Some(Some(r)) = tools::with(|t| t.races.take()) {
         if r.races > 0 {
             eprintln!(
@@ -454,26 +452,28 @@ fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
 /// Checks the receives completed since the last call, in the order they matched (from
 /// the tools' leave hook, outside the library state).
 pub(crate) fn settle() {
-    let Some(Some(r)) = tools::with(|t| {
-        if t.busy {
-            return None;
-        }
-        let r = t.races.as_mut()?;
-        if t.depth > 0 || r.events.is_empty() {
-            return None;
-        }
-        t.races.take()
-    }) else {
-        return;
-    };
-    check_events(r);
+    let due = tools::with(|t| {
+        !t.busy && t.depth == 0 && t.races.as_ref().is_some_and(|r| !r.events.is_empty())
+    });
+    if due == Some(true) {
+        check_events();
+    }
 }
 
-/// Checks the completed receives `r` holds, then puts `r` back in the tools.
-fn check_events(mut r: Races) {
+fn with_races<R>(f: impl FnOnce(&mut Races) -> R) -> Option<R> {
+    tools::with(|t| t.races.as_mut().map(f)).flatten()
+}
+
+/// Checks the completed receives the race checker holds, in the order they matched.
+/// The checker stays in the tools while the notes are fetched, so that receives
+/// completing meanwhile are recorded too (and checked next time, after these).
+fn check_events() {
+    let Some((events, tool)) = with_races(|r| (std::mem::take(&mut r.events), r.tool)) else {
+        return;
+    };
     let mut found = Vec::new();
     own_traffic(|| {
-        for ev in std::mem::take(&mut r.events) {
+        for ev in events {
             match ev {
                 Event::Recv {
                     posted,
@@ -481,49 +481,57 @@ fn check_events(mut r: Races) {
                     tag,
                     seq,
                 } => {
-                    let note = note_of(&mut r, src, posted.ctx, tag, seq);
-                    let m = Msg {
-                        src,
-                        tag,
-                        file: Some(note.file.clone()),
-                        line: note.line,
-                    };
-                    r.check(posted.ctx, &m, &note.clock, &mut found);
-                    r.watch(posted, m);
+                    let note = note_of(&tool, src, posted.ctx, tag, seq);
+                    with_races(|r| {
+                        let m = Msg {
+                            src,
+                            tag,
+                            file: Some(note.file),
+                            line: note.line,
+                        };
+                        r.check(posted.ctx, &m, &note.clock, &mut found);
+                        r.watch(posted, m);
+                    });
                 }
                 Event::Probe { posted, src, tag } => {
-                    r.clock[r.me as usize] += 1;
-                    r.watch(
-                        posted,
-                        Msg {
+                    with_races(|r| {
+                        r.clock[r.me as usize] += 1;
+                        let m = Msg {
                             src,
                             tag,
                             file: None,
                             line: 0,
-                        },
-                    );
+                        };
+                        r.watch(posted, m);
+                    });
                 }
             }
         }
     });
-    for (w, m) in found {
-        report(&mut r, &w, &m);
+    if found.is_empty() {
+        return;
     }
-    tools::with(|t| t.races = Some(r));
+    // reporting moves no message: the checker can leave the tools meanwhile
+    if let Some(Some(mut r)) = tools::with(|t| t.races.take()) {
+        for (w, m) in found {
+            report(&mut r, &w, &m);
+        }
+        tools::with(|t| t.races = Some(r));
+    }
 }
 
 /// The note of message `seq` on channel (`src`, `ctx`, `tag`): sent ahead of the
 /// message, so it is here or on its way.
-fn note_of(r: &mut Races, src: u32, ctx: u32, tag: i32, seq: u64) -> Note {
+fn note_of(tool: &SimpleCommunicator, src: u32, ctx: u32, tag: i32, seq: u64) -> Note {
     loop {
-        if let Some(n) = r.notes.remove(&(src, ctx, tag, seq)) {
+        if let Some(Some(n)) = with_races(|r| r.notes.remove(&(src, ctx, tag, seq))) {
             return n;
         }
-        let (b, _): (Vec<u8>, _) = r.tool.process_at_rank(src as i32).receive_vec_with_tag(0);
+        let (b, _): (Vec<u8>, _) = tool.process_at_rank(src as i32).receive_vec_with_tag(0);
         let (k, n) = decode(src, &b).unwrap_or_else(|| {
             crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed race-checker note"))
         });
-        r.notes.insert(k, n);
+        with_races(|r| r.notes.insert(k, n));
     }
 }
 
