@@ -3,8 +3,18 @@
 # Debian's Open MPI and MPICH (compilers, launchers, headers). Needs root (or sudo).
 set -eu
 need=""
-command -v mpicc.openmpi >/dev/null 2>&1 || need="$need openmpi-bin libopenmpi-dev"
-command -v mpicc.mpich >/dev/null 2>&1 || need="$need mpich libmpich-dev"
+# installed: the development package where dpkg can tell (Debian's `mpich` alone has
+# mpicc.mpich but not mpi.h, and .ci/run installs it for its Hydra launcher), else the
+# compiler wrapper
+has() { # package, command
+    if command -v dpkg-query >/dev/null 2>&1; then
+        dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+    else
+        command -v "$2" >/dev/null 2>&1
+    fi
+}
+has libopenmpi-dev mpicc.openmpi || need="$need openmpi-bin libopenmpi-dev"
+has libmpich-dev mpicc.mpich || need="$need mpich libmpich-dev"
 if [ -z "$need" ]; then
     echo "Open MPI and MPICH are already installed."
     exit 0

@@ -3,8 +3,9 @@
 //! and receives. With no tool on, a call tests one relaxed atomic flag on entry and a
 //! register on return, and a message tests whether the state holds any tool.
 //!
-//! The tools: the tracer (`RSMPI_TRACE`, [`crate::trace`]) and the message-race
-//! checker (`RSMPI_CHECK=races`, [`crate::check`]); `docs/tools.md`.
+//! The tools: the tracer (`RSMPI_TRACE`, [`crate::trace`]), the message-race checker
+//! (`RSMPI_CHECK=races`, [`crate::check`]) and the deadlock detector
+//! (`RSMPI_CHECK=deadlock`, `check/deadlock.rs`); `docs/tools.md`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

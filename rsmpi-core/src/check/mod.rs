@@ -1,5 +1,6 @@
-//! Message-race detection (`RSMPI_CHECK=races`), after MPIRace-Check, corrected
-//! (`docs/tools.md`).
+//! The runtime checks (`RSMPI_CHECK`, `docs/tools.md`): message-race detection
+//! (`races`, this file), after MPIRace-Check, corrected; deadlock and hang detection
+//! (`deadlock`, `deadlock.rs`).
 //!
 //! ```sh
 //! RSMPI_CHECK=races RSMPI_CHECK_LOG=/tmp/races rsmpirun -n 3 ./app
