@@ -191,6 +191,36 @@ fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
     buf.rsmpi_elem_check()
 }
 
+/// Marks a send call (`immediate` or blocking, of `mode`) for the tools, and gives the
+/// mode to send with.
+#[inline(always)]
+#[track_caller]
+fn send_call(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    tag: Tag,
+    mode: SendMode,
+    immediate: bool,
+) -> (tools::Call, SendMode) {
+    let op = match (mode, immediate) {
+        (SendMode::Standard, false) => Op::Send,
+        (SendMode::Buffered, false) => Op::Bsend,
+        (SendMode::Synchronous, false) => Op::Ssend,
+        (SendMode::Ready, false) => Op::Rsend,
+        (SendMode::Standard, true) => Op::Isend,
+        (SendMode::Buffered, true) => Op::Ibsend,
+        (SendMode::Synchronous, true) => Op::Issend,
+        (SendMode::Ready, true) => Op::Irsend,
+    };
+    let t = tools::call(op);
+    let mode = if t.watched() {
+        watch_send(comm, rank, tag, mode)
+    } else {
+        mode
+    };
+    (t, mode)
+}
+
 /// A send to `rank` of `comm` is about to start and a tool watches it: the race
 /// checker sends the message's note ahead of it (nothing for a send that will fail);
 /// with `RSMPI_CHECK_SYNC=1` a standard send becomes synchronous.
@@ -216,17 +246,7 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
-    let t = tools::call(match mode {
-        SendMode::Standard => Op::Send,
-        SendMode::Buffered => Op::Bsend,
-        SendMode::Synchronous => Op::Ssend,
-        SendMode::Ready => Op::Rsend,
-    });
-    let mode = if t.watched() {
-        watch_send(comm, rank, tag, mode)
-    } else {
-        mode
-    };
+    let (_t, mode) = send_call(comm, rank, tag, mode, false);
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
     let dest = progress::try_with(|s| -> Result<Option<u32>> {
@@ -330,17 +350,7 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
-    let t = tools::call(match mode {
-        SendMode::Standard => Op::Isend,
-        SendMode::Buffered => Op::Ibsend,
-        SendMode::Synchronous => Op::Issend,
-        SendMode::Ready => Op::Irsend,
-    });
-    let mode = if t.watched() {
-        watch_send(comm, rank, tag, mode)
-    } else {
-        mode
-    };
+    let (_t, mode) = send_call(comm, rank, tag, mode, true);
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };
