@@ -166,6 +166,11 @@ impl Tracer {
 
     /// Writes every buffered event to the file and empties the buffer.
     fn write(&mut self) {
+        if self.failed {
+            self.chunks.clear();
+            self.cur.clear();
+            return;
+        }
         let now = self.now();
         self.stamp_pending(now);
         let mut res = Ok(());
@@ -382,9 +387,13 @@ pub fn sync_point() {
 #[cold]
 #[inline(never)]
 fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
+    // not for a tool's own collectives (the flush's reduction among them); a rank
+    // whose trace could not be written still takes part, or the others would wait
+    if tools::with(|t| t.busy) != Some(false) {
+        return;
+    }
     let Some((tool, want)) = with_tracer(|t| {
-        (t.recording && (always_agree || comm.size == t.tool.size))
-            .then(|| (t.tool, t.buffered() > t.soft))
+        (always_agree || comm.size == t.tool.size).then(|| (t.tool, t.buffered() > t.soft))
     })
     .flatten() else {
         return;
@@ -403,7 +412,7 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         crate::collective::SystemOperation::max(),
     );
     if any == 0 {
-        with_tracer(|t| t.recording = true);
+        with_tracer(|t| t.recording = !t.failed);
         tools::with(|t| t.busy = false);
         return;
     }
@@ -428,7 +437,7 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         let e = t.epoch;
         t.push_at(ts, Kind::FlushEnd, 0, e, 0, 0, z, 1);
         t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
-        t.recording = true;
+        t.recording = !t.failed;
     });
     tools::with(|t| t.busy = false);
 }
