@@ -202,6 +202,26 @@ pub fn job_for(ctx: &Ctx, name: &str, ranks: u32, timeout: Duration) -> launcher
     j
 }
 
+/// A job of `ranks` ranks of `exe args` with `env` added, as the tools' tests run
+/// them (`tests/trace.rs`, `races.rs`, `deadlocks.rs`): output prefixed by rank, a
+/// time limit of `secs` seconds.
+pub fn tool_job(
+    exe: &Path,
+    ranks: u32,
+    args: &[&str],
+    env: &[(&str, &str)],
+    secs: u64,
+) -> launcher::Job {
+    let mut j = launcher::Job::new(ranks, exe, args.iter().copied());
+    j.timeout = Some(Duration::from_secs(secs));
+    j.prefix_output = true;
+    j.forward_signals = false;
+    for (k, v) in env {
+        j.env.push(((*k).into(), (*v).into()));
+    }
+    j
+}
+
 /// Runs one case in one mode; `Err` describes the failure.
 pub fn run_case(ctx: &Ctx, case: &Case) -> Result<(), String> {
     match case.kind {

@@ -7,24 +7,21 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const EXE: &str = env!("CARGO_BIN_EXE_deadlocks");
 
 /// Runs `deadlocks case`; (exit status, seconds, every JSON line of every rank).
 fn run(case: &str, ranks: u32, env: &[(&str, &str)]) -> (i32, f64, Vec<serde_json::Value>) {
     let dir = conformance::scratch(&format!("deadlock-{case}"));
-    let mut j = launcher::Job::new(ranks, Path::new(EXE), [case]);
-    j.timeout = Some(Duration::from_secs(60));
-    j.prefix_output = true;
-    j.forward_signals = false;
-    j.env.push(("RSMPI_CHECK".into(), "deadlock".into()));
-    j.env.push(("RSMPI_CHECK_TIMEOUT".into(), "0.5".into()));
-    j.env
-        .push(("RSMPI_CHECK_LOG".into(), dir.clone().into_os_string()));
-    for (k, v) in env {
-        j.env.push(((*k).into(), (*v).into()));
-    }
+    let log = dir.to_str().expect("utf-8 path");
+    let mut all = vec![
+        ("RSMPI_CHECK", "deadlock"),
+        ("RSMPI_CHECK_TIMEOUT", "0.5"),
+        ("RSMPI_CHECK_LOG", log),
+    ];
+    all.extend_from_slice(env);
+    let j = conformance::tool_job(Path::new(EXE), ranks, &[case], &all, 60);
     let t = Instant::now();
     let code = launcher::run(&j).expect("launch");
     let secs = t.elapsed().as_secs_f64();

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_races");
 
@@ -25,16 +24,13 @@ fn reports(case: &str, ranks: u32, delay: Option<u32>) -> Vec<Report> {
 
 fn reports_took(case: &str, ranks: u32, delay: Option<u32>) -> (Vec<Report>, Took) {
     let dir = conformance::scratch(&format!("races-{case}"));
-    let mut j = launcher::Job::new(ranks, Path::new(EXE), [case]);
-    j.timeout = Some(Duration::from_secs(60));
-    j.prefix_output = true;
-    j.forward_signals = false;
-    j.env.push(("RSMPI_CHECK".into(), "races".into()));
-    j.env
-        .push(("RSMPI_CHECK_LOG".into(), dir.clone().into_os_string()));
-    if let Some(d) = delay {
-        j.env.push(("RACE_DELAY".into(), d.to_string().into()));
+    let log = dir.to_str().expect("utf-8 path");
+    let delay = delay.map(|d| d.to_string());
+    let mut env = vec![("RSMPI_CHECK", "races"), ("RSMPI_CHECK_LOG", log)];
+    if let Some(d) = &delay {
+        env.push(("RACE_DELAY", d));
     }
+    let j = conformance::tool_job(Path::new(EXE), ranks, &[case], &env, 60);
     assert_eq!(launcher::run(&j).expect("launch"), 0, "{case}");
     let mut out = Vec::new();
     for r in 0..ranks {
@@ -181,9 +177,7 @@ fn race_free_twins_report_nothing_where_the_baseline_flags_all() {
 
 #[test]
 fn unavailable_checks_end_the_job_with_an_error() {
-    let mut j = launcher::Job::new(3, Path::new(EXE), ["fig2-a"]);
-    j.timeout = Some(Duration::from_secs(60));
-    j.forward_signals = false;
-    j.env.push(("RSMPI_CHECK".into(), "races,errors".into()));
+    let env = [("RSMPI_CHECK", "races,errors")];
+    let j = conformance::tool_job(Path::new(EXE), 3, &["fig2-a"], &env, 60);
     assert_ne!(launcher::run(&j).expect("launch"), 0);
 }

@@ -6,19 +6,12 @@
 use rsmpi::trace::{chrome, format, CHUNK};
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_traced");
 
 /// Runs `traced args` on `ranks` ranks with `env`; the job's exit status.
 fn job(ranks: u32, args: &[&str], env: &[(&str, &str)]) -> i32 {
-    let mut j = launcher::Job::new(ranks, Path::new(EXE), args.iter().copied());
-    j.timeout = Some(Duration::from_secs(240));
-    j.prefix_output = true;
-    j.forward_signals = false;
-    for (k, v) in env {
-        j.env.push(((*k).into(), (*v).into()));
-    }
+    let j = conformance::tool_job(Path::new(EXE), ranks, args, env, 240);
     launcher::run(&j).expect("launch")
 }
 

@@ -129,6 +129,14 @@ pub(crate) fn finish() {
     }
 }
 
+/// Runs a tool's own traffic (`f`), which no tool records or checks.
+pub(crate) fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
+    with(|t| t.busy = true);
+    let r = f();
+    with(|t| t.busy = false);
+    r
+}
+
 /// Runs `f` on this rank's tools, if any is on and MPI is initialised.
 pub(crate) fn with<R>(f: impl FnOnce(&mut Tools) -> R) -> Option<R> {
     progress::try_with(|s| s.tools.as_deref_mut().map(f))

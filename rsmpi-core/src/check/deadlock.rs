@@ -51,6 +51,8 @@ pub(crate) struct Deadlock {
     /// The wait in progress.
     blocked: Option<Blocked>,
     blocks: u64,
+    /// The cycle the first round of this rank's probe found; the second must repeat it.
+    first_round: Vec<Hop>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +96,7 @@ impl Deadlock {
             sends: HashMap::default(),
             blocked: None,
             blocks: 0,
+            first_round: Vec::new(),
         }
     }
 
@@ -238,7 +241,7 @@ pub(crate) fn waiting(key: Key) {
     }) else {
         return;
     };
-    own_traffic(|| {
+    tools::own_traffic(|| {
         for (to, msg) in send {
             tool.process_at_rank(to as i32)
                 .send_with_tag(&msg[..], PROBE_TAG);
@@ -279,8 +282,14 @@ fn answer_probes(tool: &SimpleCommunicator) {
                 let msg = encode(me, block, 2, &[first]);
                 tool.process_at_rank(next as i32)
                     .send_with_tag(&msg[..], PROBE_TAG);
-                remember(&path);
-            } else if confirmed(&path) {
+                tools::with(|t| {
+                    if let Some(d) = &mut t.deadlock {
+                        d.first_round = path;
+                    }
+                });
+            } else if tools::with(|t| t.deadlock.as_ref().is_some_and(|d| d.first_round == path))
+                == Some(true)
+            {
                 report_cycle(&path);
             }
             continue;
@@ -294,26 +303,6 @@ fn answer_probes(tool: &SimpleCommunicator) {
         tool.process_at_rank(next as i32)
             .send_with_tag(&msg[..], PROBE_TAG);
     }
-}
-
-thread_local! {
-    /// The path of the first round, which the second must repeat.
-    static FIRST: std::cell::RefCell<Vec<Hop>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn remember(path: &[Hop]) {
-    FIRST.with(|f| *f.borrow_mut() = path.to_vec());
-}
-
-fn confirmed(path: &[Hop]) -> bool {
-    FIRST.with(|f| *f.borrow() == path)
-}
-
-fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
-    tools::with(|t| t.busy = true);
-    let r = f();
-    tools::with(|t| t.busy = false);
-    r
 }
 
 fn report_cycle(path: &[Hop]) -> ! {

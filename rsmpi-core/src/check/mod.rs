@@ -408,7 +408,7 @@ pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32) {
     }) else {
         return;
     };
-    own_traffic(|| {
+    tools::own_traffic(|| {
         tool.process_at_rank(dest as i32)
             .send_with_tag(&note[..], 0)
     });
@@ -442,14 +442,6 @@ pub(crate) fn sync_sends() -> bool {
     tools::with(|t| !t.busy && t.deadlock.as_ref().is_some_and(|d| d.sync_sends)).unwrap_or(false)
 }
 
-/// Runs the checker's own traffic, which no tool records or checks.
-fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
-    tools::with(|t| t.busy = true);
-    let r = f();
-    tools::with(|t| t.busy = false);
-    r
-}
-
 /// Checks the receives completed since the last call, in the order they matched (from
 /// the tools' leave hook, outside the library state).
 pub(crate) fn settle() {
@@ -473,7 +465,7 @@ fn check_events() {
         return;
     };
     let mut found = Vec::new();
-    own_traffic(|| {
+    tools::own_traffic(|| {
         for ev in events {
             match ev {
                 Event::Recv {

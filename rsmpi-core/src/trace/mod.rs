@@ -322,9 +322,7 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     };
     tools::with(|s| s.trace = Some(t));
     // epoch 0: the clocks as the run starts
-    tools::with(|t| t.busy = true);
-    let (offset, err) = clocks(&tool);
-    tools::with(|t| t.busy = false);
+    let (offset, err) = tools::own_traffic(|| clocks(&tool));
     with_tracer(|t| {
         t.recording = true;
         let ts = t.now();
@@ -404,7 +402,11 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
     })
     .unwrap_or(0);
     // the flush's own traffic is no tool's business
-    tools::with(|t| t.busy = true);
+    tools::own_traffic(|| flush(&tool, want, t_in));
+}
+
+/// The flush proper, every rank together: agree, write, measure, pause.
+fn flush(tool: &SimpleCommunicator, want: bool, t_in: u64) {
     let mut any = 0u8;
     tool.all_reduce_into(
         &u8::from(want),
@@ -413,7 +415,6 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
     );
     if any == 0 {
         with_tracer(|t| t.recording = !t.failed);
-        tools::with(|t| t.busy = false);
         return;
     }
     // every rank writes, then all pause for the same Z
@@ -423,8 +424,8 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         t.push_at(t_in, Kind::FlushBegin, 0, e, 0, 0, held, 0);
         t.write();
     });
-    let (offset, err) = clocks(&tool);
-    let z = pause_time(&tool, t_in, offset, err);
+    let (offset, err) = clocks(tool);
+    let z = pause_time(tool, t_in, offset, err);
     loop {
         let now = with_tracer(|t| t.now()).unwrap_or(u64::MAX);
         if now.saturating_sub(t_in) >= z {
@@ -439,7 +440,6 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
         t.recording = !t.failed;
     });
-    tools::with(|t| t.busy = false);
 }
 
 /// The equalised pause (the paper's `suspension_time`): rank 0 gathers every rank's
