@@ -176,8 +176,8 @@ fn race_free_twins_report_nothing_where_the_baseline_flags_all() {
 }
 
 #[test]
-fn unavailable_checks_end_the_job_with_an_error() {
-    let env = [("RSMPI_CHECK", "races,errors")];
+fn unknown_checks_end_the_job_with_an_error() {
+    let env = [("RSMPI_CHECK", "races,nosuchcheck")];
     let j = conformance::tool_job(Path::new(EXE), 3, &["fig2-a"], &env, 60);
     assert_ne!(launcher::run(&j).expect("launch"), 0);
 }

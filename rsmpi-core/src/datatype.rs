@@ -77,6 +77,39 @@ pub struct UserDatatype {
     ub: i64,
     /// The one basic type of the type signature, if there is one.
     prim: Option<Prim>,
+    /// The type signature, run-length encoded (`None` past [`SIG_RUNS`] runs): what
+    /// the type-signature check (`RSMPI_CHECK=errors`) compares.
+    sig: Option<Cow<'static, [Run]>>,
+}
+
+/// A run of a type signature: `n` values of one basic type (a [`Prim`] as `u8`, or
+/// [`BYTE`]).
+pub(crate) type Run = (u8, u64);
+
+/// `MPI_BYTE` in a type signature.
+pub(crate) const BYTE: u8 = u8::MAX;
+
+/// Type signatures of more runs than this are not kept (the check skips them).
+const SIG_RUNS: usize = 1 << 12;
+
+/// The signature of one value of each basic type, by `Prim as usize`.
+const PRIM_SIGS: [[Run; 1]; 13] = {
+    let mut t = [[(0, 1)]; 13];
+    let mut i = 0;
+    while i < 13 {
+        t[i] = [(i as u8, 1)];
+        i += 1;
+    }
+    t
+};
+
+/// Appends `n` values of `code` to a signature.
+fn push_run(sig: &mut Vec<Run>, code: u8, n: u64) {
+    match sig.last_mut() {
+        Some(last) if last.0 == code => last.1 += n,
+        _ if n > 0 => sig.push((code, n)),
+        _ => {}
+    }
 }
 
 /// MPI-1 has a separate "uncommitted" state; rsmpi's datatypes are usable at once, so
@@ -181,12 +214,23 @@ impl UserDatatype {
             16 => Cow::Borrowed(&ONE[4][..]),
             _ => Cow::Owned(vec![(0, n as u64)]),
         };
+        let sig = match (prim, n) {
+            (Some(p), _) => Cow::Borrowed(&PRIM_SIGS[p as usize][..]),
+            (None, 0) => Cow::Borrowed(&[][..]),
+            (None, n) => Cow::Owned(vec![(BYTE, n as u64)]),
+        };
         UserDatatype {
             blocks,
             lb: 0,
             ub: n as i64,
             prim,
+            sig: Some(sig),
         }
+    }
+
+    /// The type signature, run-length encoded, unless it is too long to keep.
+    pub(crate) fn signature(&self) -> Option<&[Run]> {
+        self.sig.as_deref()
     }
 
     #[doc(hidden)]
@@ -245,6 +289,7 @@ impl UserDatatype {
         let (mut lb, mut ub) = (i64::MAX, i64::MIN);
         // the basic type: the same in every non-empty piece, or none
         let mut prim: Option<Option<Prim>> = None;
+        let mut sig = Some(Vec::new());
         for (disp, count, t) in pieces {
             if count > 0 && t.size() > 0 {
                 prim = match prim {
@@ -260,6 +305,15 @@ impl UserDatatype {
                 }
                 lb = lb.min(base + t.lb);
                 ub = ub.max(base + t.ub);
+                sig = match (sig, &t.sig) {
+                    (Some(mut s), Some(ts)) => {
+                        for &(c, n) in ts.iter() {
+                            push_run(&mut s, c, n);
+                        }
+                        (s.len() <= SIG_RUNS).then_some(s)
+                    }
+                    _ => None,
+                };
             }
         }
         if lb > ub {
@@ -270,6 +324,7 @@ impl UserDatatype {
             lb,
             ub,
             prim: prim.flatten(),
+            sig: sig.map(Cow::Owned),
         }
     }
 

@@ -15,7 +15,8 @@
 //! }
 //! ```
 
-use crate::datatype::{Buffer, BufferMut, Count, Datatype, Equivalence};
+use crate::check::types::TypeSig;
+use crate::datatype::{Buffer, BufferMut, Count, Datatype, Equivalence, UserDatatype};
 use crate::error::{Error, Result};
 use crate::progress::{self, Key, RecvDst, SendSrc};
 use crate::request::{Data, Pending, Request, Scope};
@@ -27,6 +28,7 @@ use crate::topology::{
 use crate::trace::format::Op;
 use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
 use std::borrow::Cow;
+use std::panic::Location;
 use transport::mem::RegionId;
 
 /// A message tag.
@@ -109,6 +111,11 @@ pub(crate) fn start_send(
     arg: SendArg,
     mode: SendMode,
 ) -> Result<Key> {
+    let mode = match s.tools.as_deref() {
+        // standard sends run synchronous (`RSMPI_CHECK_SYNC`)
+        Some(t) if mode == SendMode::Standard && t.sync_sends() => SendMode::Synchronous,
+        _ => mode,
+    };
     let src = match (arg, mode) {
         (SendArg::Region(r), SendMode::Buffered) => {
             SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
@@ -191,18 +198,10 @@ fn elem_of<B: BufferMut + ?Sized>(buf: &B) -> usize {
     buf.rsmpi_elem_check()
 }
 
-/// Marks a send call (`immediate` or blocking, of `mode`) for the tools, and gives the
-/// mode to send with.
+/// The MPI call a send of `mode` is (`immediate` or blocking).
 #[inline(always)]
-#[track_caller]
-fn send_call(
-    comm: &SimpleCommunicator,
-    rank: Rank,
-    tag: Tag,
-    mode: SendMode,
-    immediate: bool,
-) -> (tools::Call, SendMode) {
-    let op = match (mode, immediate) {
+fn send_op(mode: SendMode, immediate: bool) -> Op {
+    match (mode, immediate) {
         (SendMode::Standard, false) => Op::Send,
         (SendMode::Buffered, false) => Op::Bsend,
         (SendMode::Synchronous, false) => Op::Ssend,
@@ -211,29 +210,29 @@ fn send_call(
         (SendMode::Buffered, true) => Op::Ibsend,
         (SendMode::Synchronous, true) => Op::Issend,
         (SendMode::Ready, true) => Op::Irsend,
-    };
-    let t = tools::call(op);
-    let mode = if t.watched() {
-        watch_send(comm, rank, tag, mode)
-    } else {
-        mode
-    };
-    (t, mode)
+    }
 }
 
-/// A send to `rank` of `comm` is about to start and a tool watches it: the race
-/// checker sends the message's note ahead of it (nothing for a send that will fail);
-/// with `RSMPI_CHECK_SYNC=1` a standard send becomes synchronous.
+/// A send to `rank` of `comm` is about to start and a tool watches it: the notes
+/// (race and type checks) go ahead of it (nothing for a send that will fail).
 #[cold]
 #[inline(never)]
-fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, mode: SendMode) -> SendMode {
+fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, ty: Option<TypeSig>) {
     if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
-        crate::check::before_send(comm.ctx, dest, tag);
+        crate::check::before_send(comm.ctx, dest, tag, ty);
     }
-    if mode == SendMode::Standard && crate::check::sync_sends() {
-        SendMode::Synchronous
+}
+
+/// The type signature of `count` elements of a buffer's datatype, when the type
+/// check is on (`of` gives both).
+#[cold]
+#[inline(never)]
+fn type_of<'b>(of: impl FnOnce() -> (Cow<'b, UserDatatype>, usize)) -> Option<TypeSig> {
+    if crate::check::types::wanted() {
+        let (dt, count) = of();
+        TypeSig::of(&dt, count)
     } else {
-        mode
+        None
     }
 }
 
@@ -246,7 +245,29 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
-    let (_t, mode) = send_call(comm, rank, tag, mode, false);
+    tools::mpi_call!(send_op(mode, false), |watched| {
+        if watched {
+            watch_send(
+                comm,
+                rank,
+                tag,
+                type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())),
+            );
+        }
+        send_now_or_wait(comm, rank, buf, tag, mode)
+    })
+}
+
+/// The body of [`blocking_send`]: the rank and tag checked, the eager fast path, or
+/// a send waited for.
+#[inline(always)]
+fn send_now_or_wait<B: Buffer + ?Sized>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<()> {
     let bytes = buf.rsmpi_send();
     // one visit to the library state: check the rank and the tag, try the fast path
     let dest = progress::try_with(|s| -> Result<Option<u32>> {
@@ -280,7 +301,22 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
     tag: Option<Tag>,
     buf: &mut B,
 ) -> Result<Status> {
-    let _t = tools::call(Op::Recv);
+    tools::mpi_call!(Op::Recv, |watched| {
+        if watched {
+            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+        }
+        recv_and_wait(comm, src, tag, buf)
+    })
+}
+
+/// The body of [`blocking_recv`].
+#[inline(always)]
+fn recv_and_wait<B: BufferMut + ?Sized>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    buf: &mut B,
+) -> Result<Status> {
     let (src, tag) = (source(comm, src)?, tagsel(tag)?);
     let Some(src) = src else {
         return Ok(Status::proc_null());
@@ -350,7 +386,57 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
-    let (_t, mode) = send_call(comm, rank, tag, mode, true);
+    // the switch read twice, not kept in a flag (see `tools::mpi_call!`)
+    if tools::is_on() {
+        isend_enter(comm, rank, buf, tag, mode, Location::caller());
+    }
+    let r = isend(comm, rank, scope, buf, tag, mode);
+    if tools::is_on() {
+        watched_request(&r, send_op(mode, true));
+    }
+    r
+}
+
+/// An immediate send a tool watches begins.
+#[cold]
+#[inline(never)]
+fn isend_enter<B: Buffer + ?Sized>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+    site: &'static Location<'static>,
+) {
+    tools::enter(send_op(mode, true), site);
+    watch_send(
+        comm,
+        rank,
+        tag,
+        type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())),
+    );
+}
+
+/// An immediate call a tool watches ends, with the request `r` started.
+#[cold]
+#[inline(never)]
+fn watched_request<D: ?Sized, S>(r: &Result<Request<'_, D, S>>, op: Op) {
+    if let Ok(r) = r {
+        crate::check::request_started(r.pending.key);
+    }
+    tools::leave(op);
+}
+
+/// The body of [`immediate_send`].
+#[inline(always)]
+fn isend<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    scope: Sc,
+    buf: &'a B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<Request<'a, B, Sc>> {
     let Some(dest) = comm.check_rank(rank)? else {
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };
@@ -380,7 +466,34 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
-    let _t = tools::call(Op::Irecv);
+    // the switch read twice, not kept in a flag (see `tools::mpi_call!`)
+    if tools::is_on() {
+        irecv_enter(buf, Location::caller());
+    }
+    let r = irecv(comm, src, scope, buf, tag);
+    if tools::is_on() {
+        watched_request(&r, Op::Irecv);
+    }
+    r
+}
+
+/// An immediate receive into `buf` a tool watches begins.
+#[cold]
+#[inline(never)]
+fn irecv_enter<B: BufferMut + ?Sized>(buf: &B, site: &'static Location<'static>) {
+    tools::enter(Op::Irecv, site);
+    crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+}
+
+/// The body of [`immediate_recv`].
+#[inline(always)]
+fn irecv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    scope: Sc,
+    buf: &'a mut B,
+    tag: Option<Tag>,
+) -> Result<Request<'a, B, Sc>> {
     let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
@@ -930,6 +1043,12 @@ impl<'p> Process<'p> {
             .check_rank(self.rank)
             .and_then(|d| check_tag(tag).map(|_| d));
         let dest = dest.unwrap_or_else(|e| fail("send_init", e));
+        // its type signature, for the type check's note at each start
+        let ty = if tools::is_on() {
+            type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()))
+        } else {
+            None
+        };
         let bytes = buf.rsmpi_direct().unwrap_or_else(|| {
             fail(
                 "send_init",
@@ -943,7 +1062,7 @@ impl<'p> Process<'p> {
                 return Ok(done_pending(None));
             };
             if tools::is_on() {
-                crate::check::before_send(ctx, dest, tag);
+                crate::check::before_send(ctx, dest, tag, ty.clone());
             }
             let key = progress::with(|s| {
                 start_send(
@@ -1091,6 +1210,9 @@ impl Message {
         buf: &'a mut B,
     ) -> Request<'a, B, Sc> {
         let _t = tools::call(Op::Mrecv);
+        if tools::is_on() {
+            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+        }
         let Some(id) = self.id else {
             return Request::new(done_pending(None), Data::Shared(buf));
         };
@@ -1131,6 +1253,9 @@ impl Message {
     #[track_caller]
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
         let _t = tools::call(Op::Mrecv);
+        if tools::is_on() {
+            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+        }
         let Some(id) = self.id else {
             return Ok(Status::proc_null());
         };

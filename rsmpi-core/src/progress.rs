@@ -381,6 +381,13 @@ impl State {
     /// leave at once with its payload, transmits it from `bytes` and returns true (the
     /// send is complete); otherwise changes nothing and returns false.
     pub fn send_now(&mut self, ctx: u32, dest: u32, tag: i32, bytes: &[u8]) -> Result<bool> {
+        if self
+            .tools
+            .as_deref()
+            .is_some_and(crate::tools::Tools::sync_sends)
+        {
+            return Ok(false); // standard sends run synchronous (`RSMPI_CHECK_SYNC`)
+        }
         let spec = matching::SendSpec {
             dest,
             tag,
@@ -770,10 +777,10 @@ impl RegionHost for Host {
         if ids.is_empty() {
             return;
         }
-        let pending: Vec<Key> = with(|s| {
+        let (pending, leaked) = with(|s| {
             if ids.iter().all(|id| s.by_region.get(id).is_none()) {
                 // the common case (a blocking call's buffer): nothing left to cancel
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
             let keys: Vec<Key> = ids
                 .iter()
@@ -784,12 +791,19 @@ impl RegionHost for Host {
                     Key::Null(_) | Key::Coll(_) => false,
                 })
                 .collect();
+            let leaked = match s.tools.is_some() && !keys.is_empty() {
+                true => crate::check::errors::scope_cancels(s, &keys),
+                false => Vec::new(),
+            };
             for k in &keys {
                 s.cancel(*k);
             }
             s.run_outputs();
-            keys
+            (keys, leaked)
         });
+        if !leaked.is_empty() {
+            crate::check::errors::report_scope_leaks(leaked);
+        }
         for k in pending {
             wait(k);
         }

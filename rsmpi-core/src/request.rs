@@ -191,7 +191,13 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// data received).
     #[track_caller]
     pub fn wait_for_data(self) -> &'a D {
-        let _t = crate::tools::call(crate::trace::format::Op::Wait);
+        crate::tools::mpi_call!(crate::trace::format::Op::Wait, |_w| self
+            .wait_for_data_now())
+    }
+
+    /// The body of [`Self::wait_for_data`].
+    #[inline(always)]
+    fn wait_for_data_now(self) -> &'a D {
         let d = self.wait_done();
         let (st, d) = self.complete(d);
         st.unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -202,7 +208,12 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// receive) to the caller.
     #[track_caller]
     pub fn try_wait(self) -> Result<Status> {
-        let _t = crate::tools::call(crate::trace::format::Op::Wait);
+        crate::tools::mpi_call!(crate::trace::format::Op::Wait, |_w| self.try_wait_now())
+    }
+
+    /// The body of [`Self::try_wait`].
+    #[inline(always)]
+    fn try_wait_now(self) -> Result<Status> {
         let d = self.wait_done();
         self.complete_status(d)
     }
@@ -223,7 +234,12 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     where
         D: 'a,
     {
-        let _t = crate::tools::call(crate::trace::format::Op::Test);
+        crate::tools::mpi_call!(crate::trace::format::Op::Test, |_w| self.test_now())
+    }
+
+    /// The body of [`Self::test_with_data`].
+    #[inline(always)]
+    fn test_now(self) -> std::result::Result<(Status, &'a D), Self> {
         match progress::test(self.pending.key) {
             Some(d) => {
                 let (st, data) = self.complete(d);
@@ -242,6 +258,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
 
     /// Finishes a request whose outcome is `d` when the caller needs only the status:
     /// a lent receive buffer stays lent (unused) until its scope ends.
+    #[inline(always)]
     fn complete_status(self, d: Done) -> Result<Status> {
         if let Data::Loan(_) = self.data {
             return finish(
@@ -457,85 +474,91 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// `MPI_Testany`: one completed request, if any.
     #[track_caller]
     pub fn test_any(&mut self) -> Option<(usize, Status, &'a D)> {
-        let _t = crate::tools::call(crate::trace::format::Op::Testany);
-        progress_once();
-        (0..self.requests.len()).find_map(|i| self.take_done(i))
+        crate::tools::mpi_call!(crate::trace::format::Op::Testany, {
+            progress_once();
+            (0..self.requests.len()).find_map(|i| self.take_done(i))
+        })
     }
 
     /// `MPI_Waitany`: waits for one request; `None` once all are complete.
     #[track_caller]
     pub fn wait_any(&mut self) -> Option<(usize, Status, &'a D)> {
-        let _t = crate::tools::call(crate::trace::format::Op::Waitany);
-        let mut backoff = progress::Backoff::new();
-        while self.incomplete() > 0 {
-            if let Some(x) = self.test_any() {
-                return Some(x);
+        crate::tools::mpi_call!(crate::trace::format::Op::Waitany, {
+            let mut backoff = progress::Backoff::new();
+            while self.incomplete() > 0 {
+                if let Some(x) = self.test_any() {
+                    return Some(x);
+                }
+                backoff.idle();
             }
-            backoff.idle();
-        }
-        None
+            None
+        })
     }
 
     /// `MPI_Testsome`: appends every completed request to `result`.
     #[track_caller]
     pub fn test_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::tools::call(crate::trace::format::Op::Testsome);
-        result.clear();
-        progress_once();
-        for i in 0..self.requests.len() {
-            result.extend(self.take_done(i));
-        }
+        crate::tools::mpi_call!(crate::trace::format::Op::Testsome, {
+            result.clear();
+            progress_once();
+            for i in 0..self.requests.len() {
+                result.extend(self.take_done(i));
+            }
+        })
     }
 
     /// `MPI_Waitsome`: waits until at least one request completes (unless none is
     /// left) and appends the completed ones to `result`.
     #[track_caller]
     pub fn wait_some(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::tools::call(crate::trace::format::Op::Waitsome);
-        let mut backoff = progress::Backoff::new();
-        loop {
-            self.test_some(result);
-            if !result.is_empty() || self.incomplete() == 0 {
-                return;
+        crate::tools::mpi_call!(crate::trace::format::Op::Waitsome, {
+            let mut backoff = progress::Backoff::new();
+            loop {
+                self.test_some(result);
+                if !result.is_empty() || self.incomplete() == 0 {
+                    return;
+                }
+                backoff.idle();
             }
-            backoff.idle();
-        }
+        })
     }
 
     /// `MPI_Waitall`: waits for every request, appending them to `result`.
     #[track_caller]
     pub fn wait_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) {
-        let _t = crate::tools::call(crate::trace::format::Op::Waitall);
-        result.clear();
-        for i in 0..self.requests.len() {
-            if let Some(r) = self.requests[i].take() {
-                let d = r.wait_done();
-                let (st, data) = r.complete(d);
-                let st = st.unwrap_or_else(|e| crate::topology::fail("wait", e));
-                result.push((i, st, data.unwrap_or_else(|| unit_data())));
+        crate::tools::mpi_call!(crate::trace::format::Op::Waitall, {
+            result.clear();
+            for i in 0..self.requests.len() {
+                if let Some(r) = self.requests[i].take() {
+                    let d = r.wait_done();
+                    let (st, data) = r.complete(d);
+                    let st = st.unwrap_or_else(|e| crate::topology::fail("wait", e));
+                    result.push((i, st, data.unwrap_or_else(|| unit_data())));
+                }
             }
-        }
+        })
     }
 
     /// `MPI_Testall`: if every request is complete, appends them all to `result`
     /// and returns true; otherwise changes nothing and returns false.
     #[track_caller]
     pub fn test_all(&mut self, result: &mut Vec<(usize, Status, &'a D)>) -> bool {
-        let _t = crate::tools::call(crate::trace::format::Op::Testall);
-        result.clear();
-        progress_once();
-        let all = progress::with(|s| {
-            self.requests
-                .iter()
-                .flatten()
-                .all(|r| s.done.contains_key(&r.pending.key))
-        });
-        if all {
-            for i in 0..self.requests.len() {
-                result.extend(self.take_done(i));
+        crate::tools::mpi_call!(crate::trace::format::Op::Testall, {
+            result.clear();
+            progress_once();
+            let all = progress::with(|s| {
+                self.requests
+                    .iter()
+                    .flatten()
+                    .all(|r| s.done.contains_key(&r.pending.key))
+            });
+            if all {
+                for i in 0..self.requests.len() {
+                    result.extend(self.take_done(i));
+                }
             }
-        }
-        all
+            all
+        })
     }
 }
 
@@ -545,28 +568,29 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 pub fn wait_any<'a, D: ?Sized, S>(
     requests: &mut Vec<Request<'a, D, S>>,
 ) -> Option<(usize, Status)> {
-    let _t = crate::tools::call(crate::trace::format::Op::Waitany);
-    if requests.is_empty() {
-        return None;
-    }
-    let mut backoff = progress::Backoff::new();
-    loop {
-        progress_once();
-        let hit = progress::with(|s| {
-            requests
-                .iter()
-                .position(|r| s.done.contains_key(&r.pending.key))
-        });
-        if let Some(i) = hit {
-            let r = requests.remove(i);
-            let d = progress::with(|s| s.done.remove(&r.pending.key)).expect("done");
-            let st = r
-                .complete_status(d)
-                .unwrap_or_else(|e| crate::topology::fail("wait", e));
-            return Some((i, st));
+    crate::tools::mpi_call!(crate::trace::format::Op::Waitany, {
+        if requests.is_empty() {
+            return None;
         }
-        backoff.idle();
-    }
+        let mut backoff = progress::Backoff::new();
+        loop {
+            progress_once();
+            let hit = progress::with(|s| {
+                requests
+                    .iter()
+                    .position(|r| s.done.contains_key(&r.pending.key))
+            });
+            if let Some(i) = hit {
+                let r = requests.remove(i);
+                let d = progress::with(|s| s.done.remove(&r.pending.key)).expect("done");
+                let st = r
+                    .complete_status(d)
+                    .unwrap_or_else(|e| crate::topology::fail("wait", e));
+                return Some((i, st));
+            }
+            backoff.idle();
+        }
+    })
 }
 
 /// Finishes request `i` of a slice if it completed; inactive (`None`) entries are
@@ -599,15 +623,16 @@ pub enum TestAny {
 /// `MPI_Testany` over a slice whose inactive entries are `None`.
 #[track_caller]
 pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny {
-    let _t = crate::tools::call(crate::trace::format::Op::Testany);
-    if reqs.iter().all(Option::is_none) {
-        return TestAny::Inactive;
-    }
-    progress_once();
-    match (0..reqs.len()).find_map(|i| poll_one(reqs, i).map(|st| (i, st))) {
-        Some((i, st)) => TestAny::Completed(i, st),
-        None => TestAny::Pending,
-    }
+    crate::tools::mpi_call!(crate::trace::format::Op::Testany, {
+        if reqs.iter().all(Option::is_none) {
+            return TestAny::Inactive;
+        }
+        progress_once();
+        match (0..reqs.len()).find_map(|i| poll_one(reqs, i).map(|st| (i, st))) {
+            Some((i, st)) => TestAny::Completed(i, st),
+            None => TestAny::Pending,
+        }
+    })
 }
 
 /// `MPI_Waitany` over a slice whose inactive entries are `None`: waits until one
@@ -617,43 +642,46 @@ pub fn test_any<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> TestAny
 pub fn wait_any_of<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<(usize, Status)> {
-    let _t = crate::tools::call(crate::trace::format::Op::Waitany);
-    let mut backoff = progress::Backoff::new();
-    loop {
-        match test_any(reqs) {
-            TestAny::Inactive => return None,
-            TestAny::Completed(i, st) => return Some((i, st)),
-            TestAny::Pending => backoff.idle(),
+    crate::tools::mpi_call!(crate::trace::format::Op::Waitany, {
+        let mut backoff = progress::Backoff::new();
+        loop {
+            match test_any(reqs) {
+                TestAny::Inactive => return None,
+                TestAny::Completed(i, st) => return Some((i, st)),
+                TestAny::Pending => backoff.idle(),
+            }
         }
-    }
+    })
 }
 
 /// `MPI_Testsome`: completes every finished request; returns (index, status) pairs.
 #[track_caller]
 pub fn test_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
-    let _t = crate::tools::call(crate::trace::format::Op::Testsome);
-    progress_once();
-    (0..reqs.len())
-        .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
-        .collect()
+    crate::tools::mpi_call!(crate::trace::format::Op::Testsome, {
+        progress_once();
+        (0..reqs.len())
+            .filter_map(|i| poll_one(reqs, i).map(|st| (i, st)))
+            .collect()
+    })
 }
 
 /// `MPI_Waitsome`: waits until at least one request completes (unless all are
 /// inactive: then returns an empty vector at once).
 #[track_caller]
 pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(usize, Status)> {
-    let _t = crate::tools::call(crate::trace::format::Op::Waitsome);
-    let mut backoff = progress::Backoff::new();
-    loop {
-        if reqs.iter().all(Option::is_none) {
-            return Vec::new();
+    crate::tools::mpi_call!(crate::trace::format::Op::Waitsome, {
+        let mut backoff = progress::Backoff::new();
+        loop {
+            if reqs.iter().all(Option::is_none) {
+                return Vec::new();
+            }
+            let got = test_some(reqs);
+            if !got.is_empty() {
+                return got;
+            }
+            backoff.idle();
         }
-        let got = test_some(reqs);
-        if !got.is_empty() {
-            return got;
-        }
-        backoff.idle();
-    }
+    })
 }
 
 /// `MPI_Testall`: the statuses if every active request completed (then all entries
@@ -662,27 +690,29 @@ pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
 pub fn test_all<D: ?Sized, S>(
     reqs: &mut [Option<Request<'_, D, S>>],
 ) -> Option<Vec<Option<Status>>> {
-    let _t = crate::tools::call(crate::trace::format::Op::Testall);
-    progress_once();
-    let all = progress::with(|s| {
-        reqs.iter()
-            .flatten()
-            .all(|r| s.done.contains_key(&r.pending.key))
-    });
-    all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
+    crate::tools::mpi_call!(crate::trace::format::Op::Testall, {
+        progress_once();
+        let all = progress::with(|s| {
+            reqs.iter()
+                .flatten()
+                .all(|r| s.done.contains_key(&r.pending.key))
+        });
+        all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
+    })
 }
 
 /// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
 #[track_caller]
 pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
-    let _t = crate::tools::call(crate::trace::format::Op::Waitall);
-    let mut out = vec![None; reqs.len()];
-    for (i, r) in reqs.iter_mut().enumerate() {
-        if let Some(r) = r.take() {
-            out[i] = Some(r.wait());
+    crate::tools::mpi_call!(crate::trace::format::Op::Waitall, {
+        let mut out = vec![None; reqs.len()];
+        for (i, r) in reqs.iter_mut().enumerate() {
+            if let Some(r) = r.take() {
+                out[i] = Some(r.wait());
+            }
         }
-    }
-    out
+        out
+    })
 }
 
 /// A persistent request (`MPI_Send_init` / `MPI_Recv_init`): the same operation,
@@ -708,27 +738,29 @@ impl Persistent<'_> {
     /// Waits for the current operation; `None` if it was not started (inactive).
     #[track_caller]
     pub fn wait(&mut self) -> Option<Status> {
-        let _t = crate::tools::call(crate::trace::format::Op::Wait);
-        let p = self.active.take()?;
-        let d = progress::wait(p.key);
-        Some(
-            finish(d, p.capacity, p.elem, p.ctx)
-                .unwrap_or_else(|e| crate::topology::fail("wait", e)),
-        )
+        crate::tools::mpi_call!(crate::trace::format::Op::Wait, {
+            let p = self.active.take()?;
+            let d = progress::wait(p.key);
+            Some(
+                finish(d, p.capacity, p.elem, p.ctx)
+                    .unwrap_or_else(|e| crate::topology::fail("wait", e)),
+            )
+        })
     }
 
     /// Tests the current operation: `Some(status)` once complete, `None` while
     /// pending or inactive.
     #[track_caller]
     pub fn test(&mut self) -> Option<Status> {
-        let _t = crate::tools::call(crate::trace::format::Op::Test);
-        let p = self.active?;
-        let d = progress::test(p.key)?;
-        self.active = None;
-        Some(
-            finish(d, p.capacity, p.elem, p.ctx)
-                .unwrap_or_else(|e| crate::topology::fail("test", e)),
-        )
+        crate::tools::mpi_call!(crate::trace::format::Op::Test, {
+            let p = self.active?;
+            let d = progress::test(p.key)?;
+            self.active = None;
+            Some(
+                finish(d, p.capacity, p.elem, p.ctx)
+                    .unwrap_or_else(|e| crate::topology::fail("test", e)),
+            )
+        })
     }
 
     /// Whether an operation is in progress.

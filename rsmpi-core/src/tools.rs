@@ -5,14 +5,16 @@
 //!
 //! The tools: the tracer (`RSMPI_TRACE`, [`crate::trace`]), the message-race checker
 //! (`RSMPI_CHECK=races`, [`crate::check`]) and the deadlock detector
-//! (`RSMPI_CHECK=deadlock`, `check/deadlock.rs`); `docs/tools.md`.
+//! (`RSMPI_CHECK=deadlock`, `check/deadlock.rs`) and the error checks
+//! (`RSMPI_CHECK=errors`, `check/errors.rs`); `docs/tools.md`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use matching::{RecvId, RecvOutcome, SendId, Source, TagSel};
 
 use crate::check::deadlock::Deadlock;
-use crate::check::Races;
+use crate::check::errors::Errors;
+use crate::check::Notes;
 use crate::progress;
 use crate::topology::SimpleCommunicator;
 use crate::trace::format::{Kind, Op};
@@ -30,8 +32,9 @@ pub(crate) fn is_on() -> bool {
 #[derive(Default)]
 pub(crate) struct Tools {
     pub trace: Option<Tracer>,
-    pub races: Option<Races>,
+    pub notes: Option<Notes>,
     pub deadlock: Option<Deadlock>,
+    pub errors: Option<Errors>,
     /// A tool's own traffic is running: no tool records or checks it.
     pub busy: bool,
     /// The user's MPI call in progress (the outermost one) and how deep inside it
@@ -54,6 +57,17 @@ impl Tools {
         if let (Some(d), Some(id)) = (&mut self.deadlock, id) {
             d.send_started(id, dest, self.call);
         }
+        if let Some(e) = &mut self.errors {
+            e.sent(dest, ctx, tag, self.call);
+        }
+    }
+
+    /// Whether standard sends run as synchronous ones (`RSMPI_CHECK_SYNC=1` with
+    /// `RSMPI_CHECK=deadlock`; never the tools' own sends).
+    #[cold]
+    #[inline(never)]
+    pub fn sync_sends(&self) -> bool {
+        !self.busy && self.deadlock.as_ref().is_some_and(|d| d.sync_sends)
     }
 
     /// A send completed.
@@ -76,7 +90,7 @@ impl Tools {
         if let Some(t) = &mut self.trace {
             t.posted(id, ctx);
         }
-        if let Some(r) = &mut self.races {
+        if let Some(r) = &mut self.notes {
             r.posted(id, ctx, source, tag, self.call);
         }
         if let Some(d) = &mut self.deadlock {
@@ -91,7 +105,7 @@ impl Tools {
         if let Some(t) = &mut self.trace {
             t.received(id, outcome);
         }
-        if let Some(r) = &mut self.races {
+        if let Some(r) = &mut self.notes {
             r.received(id, outcome);
         }
         if let Some(d) = &mut self.deadlock {
@@ -144,7 +158,46 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Tools) -> R) -> Option<R> {
         .flatten()
 }
 
-/// An MPI call in progress: the tools see it begin when it is made and end when this
+/// The body of an MPI call, as the tools see it. `mpi_call!(op, |watched| body)`
+/// tests the switch once, into `watched`. With a tool on, the call's enter and leave
+/// are marked around `body` (by the out-of-line [`enter`] and [`leave`]); with none,
+/// `body` runs with nothing added but two tests of the switch. Use it as the whole
+/// body of a `#[track_caller]` function, so that the source line is the user's.
+///
+/// * `mpi_call!(op, |watched| expr)` evaluates `expr` as it is: it must not `return`
+///   or use `?`. On the per-message path, `expr` is a call of an
+///   `#[inline(always)]` function holding the call's body.
+/// * `mpi_call!(op, { body })` runs `body` as a closure, so `return` and `?` in it
+///   give the call's result; LLVM may keep a large closure out of line.
+///
+/// There is one copy of the body, and nothing runs on unwinding: a guard value dropped
+/// at the end of the call costs the small-message rate far more than its
+/// instructions (`docs/performance.md`, "Tools off").
+macro_rules! mpi_call {
+    ($op:expr, |$w:ident| $body:expr) => {{
+        let $w = $crate::tools::is_on();
+        if $w {
+            $crate::tools::enter($op, ::std::panic::Location::caller());
+        }
+        let r = $body;
+        // the switch read again, not `$w` kept: a flag live across the body changes
+        // how LLVM inlines it (+135 instructions per message, `docs/performance.md`)
+        if $crate::tools::is_on() {
+            $crate::tools::leave($op);
+        }
+        r
+    }};
+    ($op:expr, $body:block) => {
+        #[allow(clippy::redundant_closure_call)]
+        {
+            $crate::tools::mpi_call!($op, |_watched| (|| $body)())
+        }
+    };
+}
+pub(crate) use mpi_call;
+
+/// An MPI call in progress, for the calls off the per-message path (collectives,
+/// probes, sync points): the tools see it begin when it is made and end when this
 /// is dropped.
 pub(crate) struct Call(Option<Op>);
 
@@ -162,14 +215,6 @@ pub(crate) fn call(op: Op) -> Call {
     }
 }
 
-impl Call {
-    /// Whether a tool is watching this call.
-    #[inline(always)]
-    pub fn watched(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
 impl Drop for Call {
     #[inline(always)]
     fn drop(&mut self) {
@@ -179,9 +224,10 @@ impl Drop for Call {
     }
 }
 
+/// The user's MPI call `op`, made at `site`, begins.
 #[cold]
 #[inline(never)]
-fn enter(op: Op, site: &'static std::panic::Location<'static>) {
+pub(crate) fn enter(op: Op, site: &'static std::panic::Location<'static>) {
     with(|t| {
         if t.busy {
             return;
@@ -199,10 +245,14 @@ fn enter(op: Op, site: &'static std::panic::Location<'static>) {
     });
 }
 
+/// The MPI call `op` ends.
 #[cold]
 #[inline(never)]
-fn leave(op: Op) {
+pub(crate) fn leave(op: Op) {
     with(|t| {
+        if let Some(n) = &mut t.notes {
+            n.call_ended();
+        }
         if t.busy {
             return;
         }

@@ -41,6 +41,9 @@ pub mod traits {
 /// The default error handler (`MPI_ERRORS_ARE_FATAL`): names the rank, the call and
 /// the cause, and ends the job.
 pub(crate) fn fail(call: &str, e: Error) -> ! {
+    if crate::tools::is_on() {
+        crate::check::errors::failed(&e);
+    }
     match progress::try_with(|s| s.fatal(call, &e)) {
         Ok(never) => never,
         Err(_) => panic!("rsmpi: {call}: {e}"),

@@ -29,6 +29,10 @@
 //! either way.
 
 pub(crate) mod deadlock;
+pub(crate) mod errors;
+pub(crate) mod types;
+
+pub(crate) use errors::request_started;
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -42,6 +46,7 @@ use crate::tools;
 use crate::topology::{SimpleCommunicator, INTERNAL};
 use crate::trace::format::Op;
 use crate::traits::*;
+use types::TypeSig;
 
 type Site = Option<&'static Location<'static>>;
 
@@ -58,16 +63,18 @@ pub(crate) struct Call {
 }
 
 /// A receive posted on a user communicator.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Posted {
     ctx: u32,
     source: Src,
     tag: TagSel,
     call: Call,
+    /// Its type signature (for the type check).
+    ty: Option<TypeSig>,
 }
 
 /// What completed, for the checker to look at after the call.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Event {
     /// A receive took the message number `seq` on channel (`src`, ctx, `tag`).
     Recv {
@@ -83,9 +90,13 @@ enum Event {
 /// What the sender of a message says about it.
 #[derive(Clone, Debug)]
 struct Note {
+    /// The sender's clock (empty unless races are checked).
     clock: Vec<u64>,
     file: String,
     line: u32,
+    op: Option<Op>,
+    /// The message's type signature (with the type check, when it has one).
+    ty: Option<TypeSig>,
 }
 
 /// A message as a report names it.
@@ -105,8 +116,14 @@ struct Watched {
     took: Msg,
 }
 
-/// One rank's race checker, in the library state while `RSMPI_CHECK` has `races`.
-pub(crate) struct Races {
+/// The notes sent ahead of the messages of user communicators, and the two checks
+/// that read them: message races (`RSMPI_CHECK=races`: the sender's clock) and type
+/// signatures (`errors`: the send's type signature, `errors.rs`). In the library
+/// state while either is on.
+pub(crate) struct Notes {
+    /// Which checks are on.
+    races: bool,
+    types: bool,
     me: u32,
     clock: Vec<u64>,
     tool: SimpleCommunicator,
@@ -124,7 +141,10 @@ pub(crate) struct Races {
     max_reports: u64,
     /// The largest clock of this rank each rank has been seen to know.
     known_by: Vec<u64>,
-    races: u64,
+    /// Races found.
+    found: u64,
+    /// The type signature of the receive about to be posted (`expect_type`).
+    next_type: Option<TypeSig>,
 }
 
 /// What `RSMPI_CHECK` asks for.
@@ -132,11 +152,12 @@ pub(crate) struct Races {
 pub(crate) struct Settings {
     pub races: bool,
     pub deadlock: bool,
+    pub errors: bool,
 }
 
 impl Settings {
     pub fn any(&self) -> bool {
-        self.races || self.deadlock
+        self.races || self.deadlock || self.errors
     }
 }
 
@@ -150,15 +171,15 @@ pub(crate) fn settings() -> crate::Result<Settings> {
         match w {
             "races" => set.races = true,
             "deadlock" => set.deadlock = true,
-            "errors" | "all" => {
-                return Err(crate::Error::Setting(format!(
-                    "RSMPI_CHECK={v}: `{w}` is not available yet; `races` and `deadlock` are \
-                     (docs/tools.md)"
-                )))
+            "errors" => set.errors = true,
+            "all" => {
+                set.races = true;
+                set.deadlock = true;
+                set.errors = true;
             }
             _ => {
                 return Err(crate::Error::Setting(format!(
-                    "RSMPI_CHECK={v}: expected a list of: races, deadlock"
+                    "RSMPI_CHECK={v}: expected a list of: races, deadlock, errors, all"
                 )))
             }
         }
@@ -214,16 +235,22 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         let d = deadlock::Deadlock::new(me, tool, timeout, hang, sync);
         tools::with(|t| t.deadlock = Some(d));
     }
-    if set.races {
-        races_init(world);
+    if set.races || set.errors {
+        notes_init(world, set);
+    }
+    if set.errors {
+        let e = errors::Errors::new(me, world.duplicate());
+        tools::with(|t| t.errors = Some(e));
     }
     Ok(())
 }
 
-fn races_init(world: &SimpleCommunicator) {
+fn notes_init(world: &SimpleCommunicator, set: Settings) {
     let tool = world.duplicate();
     let (me, size) = (world.rank() as u32, world.size() as usize);
-    let r = Races {
+    let r = Notes {
+        races: set.races,
+        types: set.errors,
         me,
         clock: vec![0; size],
         tool,
@@ -239,23 +266,25 @@ fn races_init(world: &SimpleCommunicator) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(100),
         known_by: vec![0; size],
-        races: 0,
+        found: 0,
+        next_type: None,
     };
-    tools::with(|t| t.races = Some(r));
+    tools::with(|t| t.notes = Some(r));
 }
 
-/// At finalize: says how many races this rank found.
+/// At finalize: the error checks' last reports; says how many races this rank found.
 pub(crate) fn finish() {
+    errors::finish();
     // receives completed outside any watched call (in finalize's own progress)
     check_events();
-    if let Some(Some(r)) = tools::with(|t| t.races.take()) {
-        if r.races > 0 {
+    if let Some(Some(r)) = tools::with(|t| t.notes.take()) {
+        if r.races && r.found > 0 {
             eprintln!(
                 "rsmpi: RSMPI_CHECK=races: rank {} found {} message race{}{}",
                 r.me,
-                r.races,
-                if r.races == 1 { "" } else { "s" },
-                if r.races > r.printed {
+                r.found,
+                if r.found == 1 { "" } else { "s" },
+                if r.found > r.printed {
                     format!(
                         " ({} reported; RSMPI_CHECK_REPORTS raises the limit)",
                         r.printed
@@ -268,8 +297,14 @@ pub(crate) fn finish() {
     }
 }
 
-impl Races {
+impl Notes {
+    /// An MPI call ended: a type signature no receive took is dropped.
+    pub fn call_ended(&mut self) {
+        self.next_type = None;
+    }
+
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel, call: Call) {
+        let ty = self.next_type.take();
         if ctx & INTERNAL == 0 {
             self.posted.insert(
                 id,
@@ -278,6 +313,7 @@ impl Races {
                     source,
                     tag,
                     call,
+                    ty,
                 },
             );
         }
@@ -300,22 +336,40 @@ impl Races {
         }
     }
 
-    /// The note to send ahead of a message to world rank `dest`; ticks the clock.
-    fn note_for(&mut self, ctx: u32, dest: u32, tag: i32, call: Call) -> Vec<u8> {
+    /// The note to send ahead of a message to world rank `dest` (of type signature
+    /// `ty`); ticks the clock.
+    fn note_for(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        call: Call,
+        ty: Option<&TypeSig>,
+    ) -> Vec<u8> {
         let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
         let seq = *n;
         *n += 1;
-        self.clock[self.me as usize] += 1;
         let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
-        let mut b = Vec::with_capacity(24 + file.len() + 8 * self.clock.len());
+        let mut b = Vec::with_capacity(40 + file.len() + 8 * self.clock.len());
         b.extend_from_slice(&ctx.to_le_bytes());
         b.extend_from_slice(&tag.to_le_bytes());
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&line.to_le_bytes());
+        b.push(call.op.map_or(u8::MAX, |o| o as u8));
         b.extend_from_slice(&(file.len() as u32).to_le_bytes());
         b.extend_from_slice(file.as_bytes());
-        for c in &self.clock {
-            b.extend_from_slice(&c.to_le_bytes());
+        match ty.filter(|_| self.types) {
+            Some(t) => {
+                b.push(1);
+                t.encode(&mut b);
+            }
+            None => b.push(0),
+        }
+        if self.races {
+            self.clock[self.me as usize] += 1;
+            for c in &self.clock {
+                b.extend_from_slice(&c.to_le_bytes());
+            }
         }
         b
     }
@@ -390,11 +444,11 @@ impl Races {
     }
 }
 
-/// Before a message of a user communicator leaves for world rank `dest`: sends its
-/// note ahead of it.
+/// Before a message of a user communicator, of type signature `ty`, leaves for world
+/// rank `dest`: sends its note ahead of it.
 #[cold]
 #[inline(never)]
-pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32) {
+pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32, ty: Option<TypeSig>) {
     if ctx & INTERNAL != 0 {
         return;
     }
@@ -403,14 +457,26 @@ pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32) {
             return None;
         }
         let call = t.call;
-        let r = t.races.as_mut()?;
-        Some((r.tool, r.note_for(ctx, dest, tag, call)))
+        let r = t.notes.as_mut()?;
+        Some((r.tool, r.note_for(ctx, dest, tag, call, ty.as_ref())))
     }) else {
         return;
     };
     tools::own_traffic(|| {
         tool.process_at_rank(dest as i32)
             .send_with_tag(&note[..], 0)
+    });
+}
+
+/// The receive about to be posted has type signature `ty` (from the watched calls;
+/// the next receive posted takes it, and the end of the call drops it).
+#[cold]
+#[inline(never)]
+pub(crate) fn expect_type(ty: Option<TypeSig>) {
+    tools::with(|t| {
+        if let Some(n) = t.notes.as_mut().filter(|n| n.types) {
+            n.next_type = ty;
+        }
     });
 }
 
@@ -423,45 +489,39 @@ pub(crate) fn probed(ctx: u32, source: Src, tag_sel: TagSel, src: u32, tag: i32)
         if t.busy {
             return;
         }
-        if let Some(r) = &mut t.races {
+        if let Some(r) = t.notes.as_mut().filter(|r| r.races) {
             let posted = Posted {
                 ctx,
                 source,
                 tag: tag_sel,
                 call: t.call,
+                ty: None,
             };
             r.events.push(Event::Probe { posted, src, tag });
         }
     });
 }
 
-/// Whether standard sends run as synchronous ones (`RSMPI_CHECK_SYNC=1` with
-/// `RSMPI_CHECK=deadlock`).
-pub(crate) fn sync_sends() -> bool {
-    // never the tools' own sends
-    tools::with(|t| !t.busy && t.deadlock.as_ref().is_some_and(|d| d.sync_sends)).unwrap_or(false)
-}
-
 /// Checks the receives completed since the last call, in the order they matched (from
 /// the tools' leave hook, outside the library state).
 pub(crate) fn settle() {
     let due = tools::with(|t| {
-        !t.busy && t.depth == 0 && t.races.as_ref().is_some_and(|r| !r.events.is_empty())
+        !t.busy && t.depth == 0 && t.notes.as_ref().is_some_and(|r| !r.events.is_empty())
     });
     if due == Some(true) {
         check_events();
     }
 }
 
-fn with_races<R>(f: impl FnOnce(&mut Races) -> R) -> Option<R> {
-    tools::with(|t| t.races.as_mut().map(f)).flatten()
+fn with_notes<R>(f: impl FnOnce(&mut Notes) -> R) -> Option<R> {
+    tools::with(|t| t.notes.as_mut().map(f)).flatten()
 }
 
 /// Checks the completed receives the race checker holds, in the order they matched.
 /// The checker stays in the tools while the notes are fetched, so that receives
 /// completing meanwhile are recorded too (and checked next time, after these).
 fn check_events() {
-    let Some((events, tool)) = with_races(|r| (std::mem::take(&mut r.events), r.tool)) else {
+    let Some((events, tool)) = with_notes(|r| (std::mem::take(&mut r.events), r.tool)) else {
         return;
     };
     let mut found = Vec::new();
@@ -475,7 +535,15 @@ fn check_events() {
                     seq,
                 } => {
                     let note = note_of(&tool, src, posted.ctx, tag, seq);
-                    with_races(|r| {
+                    if let (Some(sent), Some(recv)) = (&note.ty, &posted.ty) {
+                        if let Some(at) = types::mismatch(sent, recv) {
+                            errors::type_mismatch(&posted, src, tag, &note, at);
+                        }
+                    }
+                    with_notes(|r| {
+                        if !r.races {
+                            return;
+                        }
                         let m = Msg {
                             src,
                             tag,
@@ -487,7 +555,7 @@ fn check_events() {
                     });
                 }
                 Event::Probe { posted, src, tag } => {
-                    with_races(|r| {
+                    with_notes(|r| {
                         r.clock[r.me as usize] += 1;
                         let m = Msg {
                             src,
@@ -505,11 +573,11 @@ fn check_events() {
         return;
     }
     // reporting moves no message: the checker can leave the tools meanwhile
-    if let Some(Some(mut r)) = tools::with(|t| t.races.take()) {
+    if let Some(Some(mut r)) = tools::with(|t| t.notes.take()) {
         for (w, m) in found {
             report(&mut r, &w, &m);
         }
-        tools::with(|t| t.races = Some(r));
+        tools::with(|t| t.notes = Some(r));
     }
 }
 
@@ -517,14 +585,14 @@ fn check_events() {
 /// message, so it is here or on its way.
 fn note_of(tool: &SimpleCommunicator, src: u32, ctx: u32, tag: i32, seq: u64) -> Note {
     loop {
-        if let Some(Some(n)) = with_races(|r| r.notes.remove(&(src, ctx, tag, seq))) {
+        if let Some(Some(n)) = with_notes(|r| r.notes.remove(&(src, ctx, tag, seq))) {
             return n;
         }
         let (b, _): (Vec<u8>, _) = tool.process_at_rank(src as i32).receive_vec_with_tag(0);
         let (k, n) = decode(src, &b).unwrap_or_else(|| {
             crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed race-checker note"))
         });
-        with_races(|r| r.notes.insert(k, n));
+        with_notes(|r| r.notes.insert(k, n));
     }
 }
 
@@ -535,14 +603,35 @@ fn decode(src: u32, b: &[u8]) -> Option<((u32, u32, i32, u64), Note)> {
     let tag = u32_at(4)? as i32;
     let seq = u64_at(8)?;
     let line = u32_at(16)?;
-    let flen = u32_at(20)? as usize;
-    let file = String::from_utf8_lossy(b.get(24..24 + flen)?).into_owned();
+    let op = Op::from_u8(*b.get(20)?);
+    let flen = u32_at(21)? as usize;
+    let file = String::from_utf8_lossy(b.get(25..25 + flen)?).into_owned();
+    let mut o = 25 + flen;
+    let ty = match *b.get(o)? {
+        0 => {
+            o += 1;
+            None
+        }
+        _ => {
+            o += 1;
+            Some(TypeSig::decode(b, &mut o)?)
+        }
+    };
     let clock = b
-        .get(24 + flen..)?
+        .get(o..)?
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
         .collect();
-    Some(((src, ctx, tag, seq), Note { clock, file, line }))
+    Some((
+        (src, ctx, tag, seq),
+        Note {
+            clock,
+            file,
+            line,
+            op,
+            ty,
+        },
+    ))
 }
 
 pub(crate) fn json_str(s: &str) -> String {
@@ -560,8 +649,8 @@ pub(crate) fn json_str(s: &str) -> String {
     o
 }
 
-fn report(r: &mut Races, w: &Watched, m: &Msg) {
-    r.races += 1;
+fn report(r: &mut Notes, w: &Watched, m: &Msg) {
+    r.found += 1;
     if r.printed >= r.max_reports {
         return;
     }

@@ -1,0 +1,142 @@
+//! `errors CASE [ok]`: programs for the error checks' tests (`tests/errors.rs`), run
+//! under `RSMPI_CHECK=errors` on 2 ranks. Each case makes one error; with `ok` it is
+//! its clean twin, which makes none. A line that makes an error ends with a marker
+//! comment (`// @case`) that the test looks for: reports must name that line.
+//!
+//! * `leak-static`: rank 0 starts a send on a `'static` buffer and never completes
+//!   the request (the message is received): a request leak, found at finalize.
+//! * `leak-scope`: rank 1 starts a receive and lets its scope end without completing
+//!   it (the scope cancels it): a request leak, found at the scope's end.
+//! * `unmatched-send`: rank 0 sends two messages, rank 1 receives one.
+//! * `unmatched-receive`: rank 1 posts a receive no message ever matches (on a
+//!   `'static` buffer, so no scope cancels it).
+//! * `type-mismatch`: rank 0 sends 4 `f64`, rank 1 receives 4 `i64` (twin: 4 `f64`).
+//! * `type-struct`: rank 0 sends 2 × `(i32, f64)`; rank 1 receives them with an
+//!   immediate receive into 1 × `(i32, f64, f64, i32)` (twin: the legal
+//!   `(i32, f64, i32, f64)`, MPI's example of matching signatures).
+//! * `bad-rank`, `truncation`, `bsend-overflow`: a send to a rank out of range, a
+//!   message larger than its receive buffer, a buffered send larger than the
+//!   attached buffer. Each ends the job with an error.
+#![forbid(unsafe_code)]
+
+use rsmpi::request::StaticScope;
+use rsmpi::traits::*;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let case = args.next().expect("CASE");
+    let ok = args.next().as_deref() == Some("ok");
+    let mut universe = rsmpi::initialize().expect("init");
+    let w = universe.world();
+    let me = w.rank();
+    let peer = w.process_at_rank(1 - me);
+    match case.as_str() {
+        "leak-static" => {
+            if me == 0 {
+                let buf: &'static [u64] = Box::leak(vec![7u64; 4].into_boxed_slice());
+                let r = peer.immediate_send(StaticScope, buf); // @leak-static
+                if ok {
+                    r.wait();
+                }
+            } else {
+                let (v, _) = peer.receive_vec::<u64>();
+                assert_eq!(v, [7; 4]);
+            }
+        }
+        "leak-scope" => {
+            if me == 1 {
+                let mut x = 0u64;
+                rsmpi::request::scope(|sc| {
+                    let r = peer.immediate_receive_into(sc, &mut x); // @leak-scope
+                    if ok {
+                        assert_eq!(r.wait().source_rank(), 0);
+                    }
+                });
+            } else if ok {
+                peer.send(&5u64);
+            }
+        }
+        "unmatched-send" => {
+            if me == 0 {
+                peer.send_with_tag(&1u64, 7);
+                peer.send_with_tag(&2u64, 7); // @unmatched-send
+            } else {
+                let (a, _) = peer.receive_with_tag::<u64>(7);
+                assert_eq!(a, 1);
+                if ok {
+                    let (b, _) = peer.receive_with_tag::<u64>(7);
+                    assert_eq!(b, 2);
+                }
+            }
+        }
+        "unmatched-receive" => {
+            if me == 1 {
+                let buf: &'static mut [u64] = Box::leak(vec![0u64; 2].into_boxed_slice());
+                let r = peer.immediate_receive_into_with_tag(StaticScope, buf, 9); // @unmatched-receive
+                if ok {
+                    r.wait();
+                }
+            } else if ok {
+                peer.send_with_tag(&[1u64, 2][..], 9);
+            }
+        }
+        "type-mismatch" => {
+            if me == 0 {
+                peer.send(&[1.5f64, 2.5, 3.5, 4.5][..]);
+            } else if ok {
+                let mut b = [0f64; 4];
+                peer.receive_into(&mut b[..]);
+                assert_eq!(b, [1.5, 2.5, 3.5, 4.5]);
+            } else {
+                let mut b = [0i64; 4];
+                peer.receive_into(&mut b[..]); // @type-mismatch
+            }
+        }
+        "type-struct" => {
+            if me == 0 {
+                peer.send(&[(1i32, 2.5f64), (3, 4.5)][..]);
+            } else if ok {
+                let mut b = [(0i32, 0f64, 0i32, 0f64)];
+                rsmpi::request::scope(|sc| {
+                    peer.immediate_receive_into(sc, &mut b[..]).wait();
+                });
+                assert_eq!(b, [(1, 2.5, 3, 4.5)]);
+            } else {
+                let mut b = [(0i32, 0f64, 0f64, 0i32)];
+                rsmpi::request::scope(|sc| {
+                    peer.immediate_receive_into(sc, &mut b[..]).wait(); // @type-struct
+                });
+            }
+        }
+        "bad-rank" => {
+            if me == 0 {
+                let to = if ok { 1 } else { w.size() };
+                w.process_at_rank(to).send(&1u64); // @bad-rank
+            } else {
+                peer.receive::<u64>();
+            }
+        }
+        "truncation" => {
+            if me == 0 {
+                peer.send(&[1u64; 8][..]);
+            } else {
+                let mut b = vec![0u64; if ok { 8 } else { 4 }];
+                peer.receive_into(&mut b[..]); // @truncation
+            }
+        }
+        "bsend-overflow" => {
+            // room for one 1 KiB message and its bookkeeping
+            universe.set_buffer_size(2048);
+            if me == 0 {
+                let n = if ok { 128 } else { 1024 };
+                peer.buffered_send(&vec![3u64; n][..]); // @bsend-overflow
+            } else {
+                let (v, _) = peer.receive_vec::<u64>();
+                assert!(v.iter().all(|x| *x == 3));
+            }
+            universe.detach_buffer();
+        }
+        c => panic!("unknown case {c}"),
+    }
+    w.barrier();
+}

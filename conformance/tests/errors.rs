@@ -1,0 +1,164 @@
+//! The error checks (`RSMPI_CHECK=errors`) on the programs of `src/bin/errors.rs`,
+//! each a real two-rank job: one program per error class with its expected JSON
+//! report (class, rank, call, file and line), and a clean twin of each that reports
+//! nothing.
+
+use std::path::Path;
+
+const EXE: &str = env!("CARGO_BIN_EXE_errors");
+const SRC: &str = include_str!("../src/bin/errors.rs");
+const FILE: &str = "conformance/src/bin/errors.rs";
+
+/// The line of the program that carries the marker `// @case`.
+fn line_of(case: &str) -> u64 {
+    let marker = format!("// @{case}");
+    let hits: Vec<usize> = SRC
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end().ends_with(&marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(hits.len(), 1, "one line marked {marker}");
+    hits[0] as u64
+}
+
+/// Runs `errors case [ok]`; (exit status, every JSON line of every rank, stderr).
+fn run(case: &str, ok: bool) -> (i32, Vec<serde_json::Value>) {
+    let dir = conformance::scratch(&format!("errors-{case}-{ok}"));
+    let log = dir.to_str().expect("utf-8 path");
+    let env = [("RSMPI_CHECK", "errors"), ("RSMPI_CHECK_LOG", log)];
+    let args: Vec<&str> = if ok { vec![case, "ok"] } else { vec![case] };
+    let j = conformance::tool_job(Path::new(EXE), 2, &args, &env, 60);
+    let code = launcher::run(&j).expect("launch");
+    let mut lines = Vec::new();
+    for r in 0..2 {
+        if let Ok(text) = std::fs::read_to_string(dir.join(format!("rank-{r}.jsonl"))) {
+            lines.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str(l).expect("a JSON line")),
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    (code, lines)
+}
+
+/// Runs the case and its clean twin: the case gives exactly one report, of `class`
+/// at `rank` in `call` on the marked line, and ends with status `fatal` (nonzero or
+/// zero); the twin gives none and succeeds. Returns the report.
+fn check(case: &str, class: &str, rank: u64, call: &str, fatal: bool) -> serde_json::Value {
+    let (code, lines) = run(case, false);
+    assert_eq!(code != 0, fatal, "{case}: exit status {code}");
+    assert_eq!(lines.len(), 1, "{case}: one report, got {lines:?}");
+    let v = lines.into_iter().next().unwrap();
+    assert_eq!(v["check"], "error", "{v}");
+    assert_eq!(v["class"], class, "{v}");
+    assert_eq!(v["rank"], rank, "{v}");
+    assert_eq!(v["call"], call, "{v}");
+    assert_eq!(v["file"], FILE, "{v}");
+    assert_eq!(v["line"], line_of(case), "{v}");
+    let (code, lines) = run(case, true);
+    assert_eq!(code, 0, "{case} ok: exit status");
+    assert!(lines.is_empty(), "{case} ok: {lines:?}");
+    v
+}
+
+#[test]
+fn a_request_never_completed_is_reported_at_finalize() {
+    check("leak-static", "request-leak", 0, "MPI_Isend", false);
+}
+
+#[test]
+fn a_request_left_to_its_scope_is_reported_when_the_scope_cancels_it() {
+    check("leak-scope", "request-leak", 1, "MPI_Irecv", false);
+}
+
+#[test]
+fn a_message_never_received_is_reported_by_its_receiver_with_the_send_line() {
+    let v = check("unmatched-send", "unmatched-send", 1, "MPI_Send", false);
+    assert_eq!(
+        (&v["source"], &v["dest"], &v["tag"], &v["count"]),
+        (&0.into(), &1.into(), &7.into(), &1.into()),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_receive_never_matched_is_reported_at_finalize() {
+    // the receive is also a request never completed: two reports, on the same line
+    let (code, lines) = run("unmatched-receive", false);
+    assert_eq!(code, 0);
+    let mut classes: Vec<&str> = lines.iter().map(|v| v["class"].as_str().unwrap()).collect();
+    classes.sort_unstable();
+    assert_eq!(classes, ["request-leak", "unmatched-receive"], "{lines:?}");
+    for v in &lines {
+        assert_eq!((&v["rank"], &v["call"]), (&1.into(), &"MPI_Irecv".into()));
+        assert_eq!(
+            (&v["file"], &v["line"]),
+            (&FILE.into(), &line_of("unmatched-receive").into())
+        );
+    }
+    let r = lines
+        .iter()
+        .find(|v| v["class"] == "unmatched-receive")
+        .unwrap();
+    assert_eq!((&r["source"], &r["tag"]), (&0.into(), &9.into()), "{r}");
+    let (code, lines) = run("unmatched-receive", true);
+    assert_eq!((code, lines.len()), (0, 0), "{lines:?}");
+}
+
+#[test]
+fn a_type_signature_mismatch_is_reported_with_both_signatures() {
+    let v = check("type-mismatch", "type-mismatch", 1, "MPI_Recv", false);
+    assert_eq!(
+        (&v["sent"], &v["received"], &v["at"]),
+        (&"4 × f64".into(), &"4 × i64".into(), &0.into()),
+        "{v}"
+    );
+    assert_eq!(
+        (&v["source"], &v["send"]["call"]),
+        (&0.into(), &"MPI_Send".into()),
+        "{v}"
+    );
+    assert_eq!(v["send"]["file"], FILE);
+}
+
+#[test]
+fn struct_int_double_twice_matches_int_double_int_double_and_nothing_else() {
+    // the twin is MPI's legal case: (i32, f64) × 2 received as (i32, f64, i32, f64)
+    let v = check("type-struct", "type-mismatch", 1, "MPI_Irecv", false);
+    assert_eq!(
+        (&v["sent"], &v["received"], &v["at"]),
+        (
+            &"2 × (i32, f64)".into(),
+            &"1 × (i32, 2 f64, i32)".into(),
+            &2.into()
+        ),
+        "{v}"
+    );
+}
+
+#[test]
+fn calls_that_end_the_job_are_reported_with_their_error_class() {
+    for (case, error, rank, call) in [
+        ("bad-rank", "invalid-rank", 0, "MPI_Send"),
+        ("truncation", "truncation", 1, "MPI_Recv"),
+        ("bsend-overflow", "buffered-send", 0, "MPI_Bsend"),
+    ] {
+        let v = check(case, "usage", rank, call, true);
+        assert_eq!(v["error"], error, "{v}");
+        assert!(!v["message"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn a_bad_setting_ends_the_job() {
+    let j = conformance::tool_job(
+        Path::new(EXE),
+        2,
+        &["leak-static", "ok"],
+        &[("RSMPI_CHECK", "errors,typo")],
+        60,
+    );
+    assert_ne!(launcher::run(&j).expect("launch"), 0);
+}
