@@ -91,6 +91,23 @@ fn a_three_rank_ring_reports_its_three_edges() {
 }
 
 #[test]
+fn a_collective_against_a_receive_is_a_cycle_through_the_collective() {
+    let (code, secs, lines) = run("barrier-recv", 2, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            cycle(l),
+            (
+                set(&[(0, 1), (1, 0)]),
+                set(&["MPI_Barrier".to_string(), "MPI_Recv".to_string()])
+            )
+        );
+    }
+}
+
+#[test]
 fn buffered_sends_are_a_potential_deadlock_found_by_synchronous_sends() {
     // MPI may buffer the small sends: the program runs, and nothing is reported
     let (code, _, lines) = run("send-send", 2, &[]);

@@ -1,7 +1,8 @@
 //! The tracer (`RSMPI_TRACE`, `rsmpi::trace`) on real multi-rank jobs of
 //! `src/bin/traced.rs`: the trace is complete (every call left, every message paired
 //! with its receive, across flushes), its memory stays bounded, every rank flushes at
-//! the same epochs with the same pause, and the Perfetto JSON parses with matched flows.
+//! the same epochs with the same pause, collectives appear under their MPI names, and
+//! the Perfetto JSON parses with matched flows.
 
 use rsmpi::trace::{chrome, format, CHUNK};
 use std::collections::HashMap;
@@ -60,6 +61,17 @@ fn trace_is_complete_paired_and_converts_to_perfetto_json() {
         // 600 ring messages + 75 large + 75 probed, plus the collectives' own
         assert!(count(t, format::Kind::Send) >= 750);
         assert!(count(t, format::Kind::Recv) >= 750);
+        // collectives by name: the barrier before the loop and 24 in it, one
+        // reduction at the end
+        let calls = |op| {
+            t.records
+                .iter()
+                .filter(|r| r.kind == format::Kind::Enter && r.call() == Some(op))
+                .count()
+        };
+        assert_eq!(calls(format::Op::Barrier), 25, "rank {}", t.rank);
+        assert_eq!(calls(format::Op::Allreduce), 1, "rank {}", t.rank);
+        assert_eq!(format::Op::Allreduce.name(), "MPI_Allreduce");
         // the 64 KiB soft threshold is crossed several times: flushes that wrote
         assert!(count(t, format::Kind::FlushEnd) >= 3, "rank {}", t.rank);
         assert_eq!(count(t, format::Kind::Unsync), 0);

@@ -3,6 +3,11 @@
 //! announcing a payload (eager send request, direct-write notice) that a rank receives
 //! is delivered after the same peer's next such message, not at all, or twice. The conformance suite uses it to show that its checks catch reordering, loss
 //! and duplication; nothing else ever sets it.
+//!
+//! `RSMPI_FAULT_TRACE_WRITE_MS=N` makes rank `r`'s every trace write take `(r + 1) · N`
+//! ms longer, as on a slow shared file system: the tracer's reconstruction test
+//! (`conformance/tests/trace_accuracy.rs`) needs pauses long enough, and unequal
+//! across the ranks, to show that they are taken out again.
 
 use matching::wire::{self, Body, Ctrl};
 use transport::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
@@ -154,5 +159,15 @@ impl Transport for Faulty {
             }
         }
         Ok(n)
+    }
+}
+
+/// Sleeps before a trace write (`RSMPI_FAULT_TRACE_WRITE_MS`; the rank is the
+/// launcher's `RSMPI_RANK`).
+pub(crate) fn slow_trace_write() {
+    let var = |k| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = var("RSMPI_FAULT_TRACE_WRITE_MS") {
+        let rank = var("RSMPI_RANK").unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(ms * (rank + 1)));
     }
 }

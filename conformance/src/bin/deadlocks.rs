@@ -8,6 +8,9 @@
 //!   MPI buffers the small sends; a deadlock when sends are synchronous
 //!   (`RSMPI_CHECK_SYNC=1`): a potential deadlock.
 //! * `ordered` (2 ranks): rank 0 sends then receives, rank 1 the other way round: fine.
+//! * `barrier-recv` (2 ranks): rank 0 enters a barrier, rank 1 first receives from
+//!   rank 0: a deadlock through a collective, 0 → 1 → 0 in `MPI_Barrier` and
+//!   `MPI_Recv`.
 //! * `late` (2 ranks): rank 1 computes for 3 s before it sends; rank 0 waits in its
 //!   receive: no deadlock, a hang report.
 //!
@@ -42,6 +45,15 @@ fn main() {
         "send-send" => {
             send(&w, right);
             assert_eq!(recv(&w, left), left as u64);
+        }
+        "barrier-recv" => {
+            if me == 0 {
+                w.barrier();
+                send(&w, 1);
+            } else {
+                recv(&w, 0);
+                w.barrier();
+            }
         }
         "ordered" => {
             if me == 0 {

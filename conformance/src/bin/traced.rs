@@ -1,11 +1,15 @@
-//! `traced ITERS EVERY [sync] [big]`: a program for the tracer's tests
+//! `traced ITERS EVERY [sync] [big] [spin=US] [out=FILE]`: a program for the tracer's tests
 //! (`tests/trace.rs`), run under `RSMPI_TRACE`. Every iteration shifts a value around
 //! the ring with `sendrecv`; every 8th also sends a 64 KiB message (rendezvous
 //! above the eager limit) to the right and receives one from any source with
 //! `immediate_receive` and `wait_all`, and probes; every `EVERY` iterations the ranks
 //! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
 //! point-to-point-only program). `big` leaves out the large messages and probes
-//! (the memory test wants many small events). Every payload is checked.
+//! (the memory test wants many small events). `spin=US` computes for `US`
+//! microseconds (a busy wait on the clock) at the start of every iteration, and
+//! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
+//! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
+//! tracing. Every payload is checked.
 #![forbid(unsafe_code)]
 
 use rsmpi::request;
@@ -17,6 +21,9 @@ fn main() {
     let every: u64 = args.get(1).and_then(|a| a.parse().ok()).expect("EVERY");
     let sync = args.iter().any(|a| a == "sync");
     let big = args.iter().any(|a| a == "big");
+    let opt = |k: &str| args.iter().find_map(|a| a.strip_prefix(k));
+    let spin = std::time::Duration::from_micros(opt("spin=").map_or(0, |v| v.parse().expect("US")));
+    let out = opt("out=");
     let universe = rsmpi::initialize().expect("init");
     let world = universe.world();
     let (me, n) = (world.rank(), world.size());
@@ -26,6 +33,10 @@ fn main() {
     world.barrier();
     let start = std::time::Instant::now();
     for i in 0..iters {
+        let t = std::time::Instant::now();
+        while t.elapsed() < spin {
+            std::hint::spin_loop();
+        }
         let (got, st): (u64, _) = rsmpi::point_to_point::send_receive_with_tags(
             &(i * 1000 + me as u64),
             &right,
@@ -65,6 +76,7 @@ fn main() {
             }
         }
     }
+    let took = start.elapsed().as_secs_f64();
     let mut sum = 0u64;
     world.all_reduce_into(
         &(me as u64),
@@ -74,6 +86,9 @@ fn main() {
     assert_eq!(sum, (0..n as u64).sum::<u64>());
     if me == 0 {
         // for comparing a traced run's reconstructed time with an untraced run's
-        println!("traced: loop took {:.6} s", start.elapsed().as_secs_f64());
+        println!("traced: loop took {:.6} s", took);
+        if let Some(f) = out {
+            std::fs::write(f, format!("{took:.9}\n")).expect("write out=FILE");
+        }
     }
 }

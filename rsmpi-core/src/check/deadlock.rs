@@ -20,8 +20,10 @@
 //! hang) deadlocks for real and is reported.
 //!
 //! Followed: blocking point-to-point calls and `wait` (including the waits inside
-//! `sendrecv`, `wait_all`). Not followed: wildcard-source receives (waiting for any
-//! rank is not a cycle edge), `wait_any` / `wait_some`, probes and collectives; a
+//! `sendrecv`, `wait_all`), and blocking collectives, which wait for the rank whose
+//! message their schedule needs next (so a rank in `MPI_Barrier` and one in
+//! `MPI_Recv` from it are a cycle). Not followed: wildcard-source receives (waiting
+//! for any rank is not a cycle edge), `wait_any` / `wait_some` and probes; a
 //! deadlock through those is reported as a hang.
 
 use std::time::{Duration, Instant};

@@ -65,7 +65,6 @@ fn no_op<'a>() -> Prepared<'a> {
 
 /// Starts `sched` with `input` in the library state; the key of its completion.
 fn start(comm: &SimpleCommunicator, sched: Schedule, input: Vec<u8>, op: ExecOp) -> Result<Key> {
-    let _t = crate::tools::call(crate::trace::format::Op::ICollective);
     comm.check_live()?;
     Ok(progress::with(|s| exec::start(s, comm, sched, input, op)))
 }
@@ -124,7 +123,6 @@ fn drive(
     op: Prepared<'_>,
     out: Option<transport::mem::RegionId>,
 ) -> Result<Vec<u8>> {
-    let t = crate::tools::call(crate::trace::format::Op::Collective);
     comm.check_live()?;
     let (kind, user) = op;
     let user = user.as_deref();
@@ -140,11 +138,20 @@ fn drive(
         })?;
         match out {
             Some(out) => {
-                drop(t);
+                // the user's call (marked by its public method) is still in progress:
+                // a flush pause falls inside its slice of the trace
                 crate::trace::after_collective(comm);
                 return Ok(out);
             }
-            None => backoff.idle(),
+            None => {
+                backoff.idle();
+                if crate::tools::is_on() {
+                    // the deadlock detector follows the rank the schedule waits for
+                    if let Some(k) = progress::with(|s| e.pending(s)) {
+                        crate::check::deadlock::waiting(k);
+                    }
+                }
+            }
         }
     }
 }
@@ -682,7 +689,9 @@ fn send_only_request<'a, S: ?Sized + 'a, Sc>(
 /// (`mpi::collective::CommunicatorCollectives`).
 pub trait CommunicatorCollectives: Communicator {
     /// Blocks until every rank has called it (`MPI_Barrier`).
+    #[track_caller]
     fn barrier(&self) {
+        let _t = crate::tools::call(crate::trace::format::Op::Barrier);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         run(
@@ -696,11 +705,13 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Every rank's `sendbuf`, concatenated in rank order into `recvbuf` on every rank
     /// (`MPI_Allgather`).
+    #[track_caller]
     fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
         plan_all_gather(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -708,7 +719,9 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Allgather` in place: this rank's block is already at its place in `buf`.
+    #[track_caller]
     fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) {
+        let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
         let mut f = || -> Result<()> {
             let all = buf.rsmpi_read()?;
@@ -733,11 +746,13 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Allgatherv`: blocks of per-rank sizes, placed by the partition.
+    #[track_caller]
     fn all_gather_varcount_into<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Allgatherv);
         let c = self.rsmpi_comm();
         plan_all_gather_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
@@ -746,11 +761,13 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Block j of `sendbuf` goes to rank j, block i of `recvbuf` comes from rank i
     /// (`MPI_Alltoall`).
+    #[track_caller]
     fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Alltoall);
         let c = self.rsmpi_comm();
         plan_all_to_all(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -758,11 +775,13 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Alltoallv`.
+    #[track_caller]
     fn all_to_all_varcount_into<S: PartitionedBuffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Alltoallv);
         let c = self.rsmpi_comm();
         plan_all_to_all_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
@@ -770,12 +789,14 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// The reduction of every rank's `sendbuf`, on every rank (`MPI_Allreduce`).
+    #[track_caller]
     fn all_reduce_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Allreduce);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, e, com| {
@@ -790,7 +811,9 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// `MPI_Allreduce` with `MPI_IN_PLACE`: `buf` is this rank's contribution and
     /// receives the result.
+    #[track_caller]
     fn all_reduce_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let _t = crate::tools::call(crate::trace::format::Op::Allreduce);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
@@ -804,12 +827,14 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Reduces `sendbuf` (size × n elements) and scatters block i of the result to
     /// rank i (`MPI_Reduce_scatter_block`).
+    #[track_caller]
     fn reduce_scatter_block_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::ReduceScatterBlock);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
@@ -825,6 +850,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// `MPI_Reduce_scatter`: block i (of `counts[i]` elements) of the reduction goes
     /// to rank i.
+    #[track_caller]
     fn reduce_scatter_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
@@ -832,6 +858,7 @@ pub trait CommunicatorCollectives: Communicator {
         counts: &[Count],
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::ReduceScatter);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
@@ -853,12 +880,14 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Inclusive prefix reduction: rank i gets x_0 op … op x_i (`MPI_Scan`).
+    #[track_caller]
     fn scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scan);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::scan(rank, size, len))
@@ -870,7 +899,9 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Scan` in place.
+    #[track_caller]
     fn scan_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scan);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
@@ -882,12 +913,14 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Exclusive prefix reduction: rank i > 0 gets x_0 op … op x_{i-1}; rank 0's
     /// buffer is left as it was (`MPI_Exscan`).
+    #[track_caller]
     fn exclusive_scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Exscan);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::exscan(rank, size, len))
@@ -899,7 +932,9 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Starts a barrier (`MPI_Ibarrier`).
+    #[track_caller]
     fn immediate_barrier(&self) -> Request<'static, (), StaticScope> {
+        let _t = crate::tools::call(crate::trace::format::Op::Ibarrier);
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
         let p = Plan {
@@ -911,6 +946,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Iallgather`.
+    #[track_caller]
     fn immediate_all_gather_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -922,6 +958,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iallgather);
         let _ = scope;
         let c = self.rsmpi_comm();
         plan_all_gather(&c, sendbuf, recvbuf)
@@ -930,6 +967,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Iallgatherv`.
+    #[track_caller]
     fn immediate_all_gather_varcount_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -941,6 +979,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + PartitionedBufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iallgatherv);
         let _ = scope;
         let c = self.rsmpi_comm();
         plan_all_gather_varcount(&c, sendbuf, recvbuf)
@@ -949,6 +988,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Ialltoall`.
+    #[track_caller]
     fn immediate_all_to_all_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -960,6 +1000,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Ialltoall);
         let _ = scope;
         let c = self.rsmpi_comm();
         plan_all_to_all(&c, sendbuf, recvbuf)
@@ -968,6 +1009,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Ialltoallv`.
+    #[track_caller]
     fn immediate_all_to_all_varcount_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -979,6 +1021,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: 'a + PartitionedBufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Ialltoallv);
         let _ = scope;
         let c = self.rsmpi_comm();
         plan_all_to_all_varcount(&c, sendbuf, recvbuf)
@@ -987,6 +1030,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Iallreduce`.
+    #[track_caller]
     fn immediate_all_reduce_into<'a, S, R, O, Sc>(
         &self,
         scope: Sc,
@@ -1000,6 +1044,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iallreduce);
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
@@ -1014,6 +1059,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Ireduce_scatter_block`.
+    #[track_caller]
     fn immediate_reduce_scatter_block_into<'a, S, R, O, Sc>(
         &self,
         scope: Sc,
@@ -1027,6 +1073,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::IreduceScatterBlock);
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
@@ -1042,6 +1089,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Iscan`.
+    #[track_caller]
     fn immediate_scan_into<'a, S, R, O, Sc>(
         &self,
         scope: Sc,
@@ -1055,6 +1103,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iscan);
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
@@ -1067,6 +1116,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// `MPI_Iexscan`.
+    #[track_caller]
     fn immediate_exclusive_scan_into<'a, S, R, O, Sc>(
         &self,
         scope: Sc,
@@ -1080,6 +1130,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iexscan);
         let _ = scope;
         let c = self.rsmpi_comm();
         let (rank, size) = me(&c);
@@ -1115,7 +1166,9 @@ pub trait Root: AsCommunicator {
     fn rsmpi_root(&self) -> (SimpleCommunicator, Rank);
 
     /// The root's `buffer` on every rank (`MPI_Bcast`).
+    #[track_caller]
     fn broadcast_into<Buf: BufferMut + ?Sized>(&self, buffer: &mut Buf) {
+        let _t = crate::tools::call(crate::trace::format::Op::Bcast);
         let (c, root) = self.rsmpi_root();
         let e = elem(&buffer.rsmpi_datatype());
         if let Some(bytes) = buffer.rsmpi_direct() {
@@ -1136,7 +1189,9 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Gather` on a rank that is not the root.
+    #[track_caller]
     fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
+        let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
         plan_gather(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
@@ -1144,11 +1199,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Gather` at the root: every rank's block in rank order in `recvbuf`.
+    #[track_caller]
     fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
         plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -1156,7 +1213,9 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Gatherv` on a rank that is not the root.
+    #[track_caller]
     fn gather_varcount_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
+        let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
         plan_gatherv(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
@@ -1164,11 +1223,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Gatherv` at the root: blocks placed by the partition.
+    #[track_caller]
     fn gather_varcount_into_root<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
         let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
         plan_gatherv(&c, root, sendbuf, Some(counts))
@@ -1177,7 +1238,9 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Scatter` on a rank that is not the root: this rank's block into `recvbuf`.
+    #[track_caller]
     fn scatter_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
         plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -1185,11 +1248,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Scatter` at the root: block i of `sendbuf` to rank i.
+    #[track_caller]
     fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
         sendbuf
             .rsmpi_send()
@@ -1199,7 +1264,9 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Scatterv` on a rank that is not the root.
+    #[track_caller]
     fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
         plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -1207,11 +1274,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Scatterv` at the root: the partition's block i to rank i.
+    #[track_caller]
     fn scatter_varcount_into_root<S: PartitionedBuffer + ?Sized, R: BufferMut + ?Sized>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
         let mut f = || -> Result<()> {
             let v = pack_blocks(sendbuf, c.size as usize)?;
@@ -1223,7 +1292,9 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Reduce` on a rank that is not the root.
+    #[track_caller]
     fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, sendbuf: &S, op: O) {
+        let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
         let (rank, size) = me(&c);
         check_root(&c, root)
@@ -1237,12 +1308,14 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Reduce` at the root: the reduction of every rank's `sendbuf`.
+    #[track_caller]
     fn reduce_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
         &self,
         sendbuf: &S,
         recvbuf: &mut R,
         op: O,
     ) {
+        let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
         let (rank, size) = me(&c);
         check_root(&c, root)
@@ -1260,7 +1333,9 @@ pub trait Root: AsCommunicator {
 
     /// `MPI_Reduce` with `MPI_IN_PLACE` at the root: `buf` is the root's contribution
     /// and receives the result.
+    #[track_caller]
     fn reduce_into_root_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
+        let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
@@ -1274,6 +1349,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Ibcast`.
+    #[track_caller]
     fn immediate_broadcast_into<'a, Buf, Sc>(
         &self,
         scope: Sc,
@@ -1283,6 +1359,7 @@ pub trait Root: AsCommunicator {
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Ibcast);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_bcast(&c, root, buf)
@@ -1291,11 +1368,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Igather` on a rank that is not the root.
+    #[track_caller]
     fn immediate_gather_into<'a, S, Sc>(&self, scope: Sc, sendbuf: &'a S) -> Request<'a, S, Sc>
     where
         S: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Igather);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_gather(&c, root, sendbuf, None)
@@ -1304,6 +1383,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Igather` at the root.
+    #[track_caller]
     fn immediate_gather_into_root<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -1315,6 +1395,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Igather);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
@@ -1323,6 +1404,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Igatherv` on a rank that is not the root.
+    #[track_caller]
     fn immediate_gather_varcount_into<'a, Sc, S>(
         &self,
         scope: Sc,
@@ -1332,6 +1414,7 @@ pub trait Root: AsCommunicator {
         S: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Igatherv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_gatherv(&c, root, sendbuf, None)
@@ -1340,6 +1423,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Igatherv` at the root.
+    #[track_caller]
     fn immediate_gather_varcount_into_root<'a, Sc, S, R>(
         &self,
         scope: Sc,
@@ -1351,6 +1435,7 @@ pub trait Root: AsCommunicator {
         R: 'a + PartitionedBufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Igatherv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
@@ -1360,11 +1445,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Iscatter` on a rank that is not the root.
+    #[track_caller]
     fn immediate_scatter_into<'a, Sc, R>(&self, scope: Sc, recvbuf: &'a mut R) -> Request<'a, R, Sc>
     where
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iscatter);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
@@ -1373,6 +1460,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Iscatter` at the root.
+    #[track_caller]
     fn immediate_scatter_into_root<'a, Sc, S, R>(
         &self,
         scope: Sc,
@@ -1384,6 +1472,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iscatter);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         sendbuf
@@ -1394,6 +1483,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Iscatterv` on a rank that is not the root.
+    #[track_caller]
     fn immediate_scatter_varcount_into<'a, Sc, R>(
         &self,
         scope: Sc,
@@ -1403,6 +1493,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iscatterv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
@@ -1411,6 +1502,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Iscatterv` at the root.
+    #[track_caller]
     fn immediate_scatter_varcount_into_root<'a, Sc, S, R>(
         &self,
         scope: Sc,
@@ -1422,6 +1514,7 @@ pub trait Root: AsCommunicator {
         R: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Iscatterv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         let p = pack_blocks(sendbuf, c.size as usize).and_then(|v| {
@@ -1433,6 +1526,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Ireduce` on a rank that is not the root.
+    #[track_caller]
     fn immediate_reduce_into<'a, Sc, S, O>(
         &self,
         scope: Sc,
@@ -1444,6 +1538,7 @@ pub trait Root: AsCommunicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Ireduce);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         let (rank, size) = me(&c);
@@ -1460,6 +1555,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// `MPI_Ireduce` at the root.
+    #[track_caller]
     fn immediate_reduce_into_root<'a, Sc, S, R, O>(
         &self,
         scope: Sc,
@@ -1473,6 +1569,7 @@ pub trait Root: AsCommunicator {
         O: 'a + Operation,
         Sc: Scope<'a>,
     {
+        let _t = crate::tools::call(crate::trace::format::Op::Ireduce);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
         let (rank, size) = me(&c);

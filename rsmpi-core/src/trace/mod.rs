@@ -173,6 +173,8 @@ impl Tracer {
         }
         let now = self.now();
         self.stamp_pending(now);
+        #[cfg(feature = "fault-injection")]
+        crate::fault::slow_trace_write();
         let mut res = Ok(());
         for c in self.chunks.drain(..) {
             if res.is_ok() {
