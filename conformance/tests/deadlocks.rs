@@ -107,6 +107,44 @@ fn a_collective_against_a_receive_is_a_cycle_through_the_collective() {
     }
 }
 
+/// The ranks and what each waits for (`None`: any rank) of a knot report.
+fn knot(v: &serde_json::Value) -> BTreeSet<(u64, Option<u64>)> {
+    assert_eq!(v["check"], "deadlock", "{v}");
+    let hops = v["knot"].as_array().expect("knot");
+    for h in hops {
+        assert_eq!(h["file"], "conformance/src/bin/deadlocks.rs", "{h}");
+        assert_eq!(h["call"], "MPI_Recv", "{h}");
+    }
+    hops.iter()
+        .map(|h| (h["rank"].as_u64().unwrap(), h["waits_for"].as_u64()))
+        .collect()
+}
+
+#[test]
+fn wildcard_receives_that_can_never_match_are_reported_as_a_knot() {
+    let (code, secs, lines) = run("any-all", 3, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(knot(l), set(&[(0, None), (1, None), (2, None)]));
+    }
+    let (code, secs, lines) = run("any-mixed", 3, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(knot(l), set(&[(0, None), (1, Some(0)), (2, Some(0))]));
+    }
+}
+
+#[test]
+fn a_wildcard_receive_waiting_for_computing_ranks_is_no_deadlock() {
+    let (code, _, lines) = run("any-late", 3, &[]);
+    assert_eq!(code, 0);
+    assert!(lines.is_empty(), "{lines:?}");
+}
+
 #[test]
 fn buffered_sends_are_a_potential_deadlock_found_by_synchronous_sends() {
     // MPI may buffer the small sends: the program runs, and nothing is reported

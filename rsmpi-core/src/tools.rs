@@ -94,7 +94,7 @@ impl Tools {
             r.posted(id, ctx, source, tag, self.call);
         }
         if let Some(d) = &mut self.deadlock {
-            d.posted(id, source, self.call);
+            d.posted(id, ctx, source, self.call);
         }
     }
 

@@ -11,6 +11,12 @@
 //! * `barrier-recv` (2 ranks): rank 0 enters a barrier, rank 1 first receives from
 //!   rank 0: a deadlock through a collective, 0 → 1 → 0 in `MPI_Barrier` and
 //!   `MPI_Recv`.
+//! * `any-all` (3 ranks): every rank first receives from any source: a deadlock of
+//!   all three, each waiting for any rank (a knot, not a cycle).
+//! * `any-mixed` (3 ranks): rank 0 receives from any source, ranks 1 and 2 from
+//!   rank 0: a knot.
+//! * `any-late` (3 ranks): rank 0 receives twice from any source while ranks 1 and 2
+//!   compute for 1.5 s before they send: no deadlock.
 //! * `late` (2 ranks): rank 1 computes for 3 s before it sends; rank 0 waits in its
 //!   receive: no deadlock, a hang report.
 //!
@@ -23,6 +29,12 @@ use rsmpi::Rank;
 #[track_caller]
 fn recv(w: &impl Communicator, from: Rank) -> u64 {
     let (v, _) = w.process_at_rank(from).receive_with_tag::<u64>(1);
+    v
+}
+
+#[track_caller]
+fn recv_any(w: &impl Communicator) -> u64 {
+    let (v, _) = w.any_process().receive_with_tag::<u64>(1);
     v
 }
 
@@ -45,6 +57,26 @@ fn main() {
         "send-send" => {
             send(&w, right);
             assert_eq!(recv(&w, left), left as u64);
+        }
+        "any-all" => {
+            recv_any(&w);
+            send(&w, right);
+        }
+        "any-mixed" => {
+            if me == 0 {
+                recv_any(&w);
+            } else {
+                recv(&w, 0);
+            }
+        }
+        "any-late" => {
+            if me == 0 {
+                let (a, b) = (recv_any(&w), recv_any(&w));
+                assert_eq!(a + b, 3);
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                send(&w, 0);
+            }
         }
         "barrier-recv" => {
             if me == 0 {

@@ -22,9 +22,18 @@
 //! Followed: blocking point-to-point calls and `wait` (including the waits inside
 //! `sendrecv`, `wait_all`), and blocking collectives, which wait for the rank whose
 //! message their schedule needs next (so a rank in `MPI_Barrier` and one in
-//! `MPI_Recv` from it are a cycle). Not followed: wildcard-source receives (waiting
-//! for any rank is not a cycle edge), `wait_any` / `wait_some` and probes; a
-//! deadlock through those is reported as a hang.
+//! `MPI_Recv` from it are a cycle).
+//!
+//! A wildcard-source receive waits for *any* rank of its communicator: an OR, not
+//! one edge. A rank blocked in one asks every rank it waits for what it waits for
+//! (a *query*); each blocked rank answers with its own wait, and the asker queries
+//! the ranks those waits name in turn. When every rank so reached has answered, and
+//! a second round finds each in the same wait, no message can ever come: the rank
+//! reports them all (a knot, after Chandy, Misra and Haas's OR model) and ends the
+//! job. A rank that is computing never answers, so a slow peer stops the search.
+//!
+//! Not followed: `wait_any` / `wait_some` and probes; a deadlock through those is
+//! reported as a hang.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +48,12 @@ use crate::trace::format::Op;
 use crate::traits::*;
 
 const PROBE_TAG: i32 = 1;
+/// A wildcard waiter's query, and the answers to it.
+const QUERY_TAG: i32 = 2;
+const ANSWER_TAG: i32 = 3;
+
+/// `Hop::waits_for` of a rank waiting for any rank.
+const ANY: u32 = u32::MAX;
 
 /// One rank's deadlock detector.
 pub(crate) struct Deadlock {
@@ -47,22 +62,39 @@ pub(crate) struct Deadlock {
     timeout: Duration,
     hang: Duration,
     pub sync_sends: bool,
-    /// Whom each pending receive and send waits for, and the call that started it.
-    recvs: HashMap<RecvId, (Option<u32>, Call)>,
+    /// Whom each pending receive and send waits for, and the call that started it
+    /// (a receive from any source: `Err(context)`).
+    recvs: HashMap<RecvId, (Result<u32, u32>, Call)>,
     sends: HashMap<SendId, (u32, Call)>,
     /// The wait in progress.
     blocked: Option<Blocked>,
     blocks: u64,
     /// The cycle the first round of this rank's probe found; the second must repeat it.
     first_round: Vec<Hop>,
+    /// This rank's search for a knot, while it waits for any rank.
+    knot: Option<Knot>,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// A wildcard waiter's search: the ranks asked, the answers (each rank's wait and
+/// the ranks it waits for), and the first round's answers once it is complete.
+#[derive(Debug, Default)]
+struct Knot {
+    block: u64,
+    round: u8,
+    asked: Vec<u32>,
+    answers: Vec<(Hop, Vec<u32>)>,
+    first: Vec<Hop>,
+}
+
+#[derive(Clone, Debug)]
 struct Blocked {
     key: Key,
     id: u64,
     since: Instant,
+    /// The rank waited for (`None`: none known).
     waits_for: Option<u32>,
+    /// For a receive from any source: its communicator's context.
+    any_ctx: Option<u32>,
     call: Call,
     probed: bool,
     hang_reported: bool,
@@ -99,13 +131,14 @@ impl Deadlock {
             blocked: None,
             blocks: 0,
             first_round: Vec::new(),
+            knot: None,
         }
     }
 
-    pub fn posted(&mut self, id: RecvId, source: Src, call: Call) {
+    pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, call: Call) {
         let from = match source {
-            Src::Rank(r) if r != u32::MAX => Some(r),
-            _ => None,
+            Src::Rank(r) => Ok(r),
+            Src::Any => Err(ctx),
         };
         self.recvs.insert(id, (from, call));
     }
@@ -122,6 +155,7 @@ impl Deadlock {
         self.sends.remove(&id);
     }
 
+    /// This rank's hop while blocked in `b` (`waits_for` [`ANY`] for a wildcard).
     fn hop(&self, b: &Blocked, waits_for: u32) -> Hop {
         let (file, line) = b.call.site.map_or(("?", 0), |l| (l.file(), l.line()));
         Hop {
@@ -192,22 +226,28 @@ fn decode(b: &[u8]) -> Option<(u32, u64, u8, Vec<Hop>)> {
 }
 
 /// Called by a wait for `key` each time it finds nothing to do: notes the wait, and
-/// once it has lasted the timeout, chases its edge and answers other ranks' probes.
+/// once it has lasted the timeout, chases its edge (or, waiting for any rank, starts
+/// a search for a knot) and answers other ranks' probes and queries.
 #[cold]
 #[inline(never)]
 pub(crate) fn waiting(key: Key) {
-    let Some(Some((tool, send, report))) = tools::with(|t| {
+    let Some(Some((tool, send, search, report))) = tools::with(|t| {
         if t.busy {
             return None;
         }
         let call = t.call;
         let d = t.deadlock.as_mut()?;
         let now = Instant::now();
-        if d.blocked.is_none_or(|b| b.key != key) {
-            let waits_for = match key {
-                Key::Recv(r) => d.recvs.get(&r).and_then(|x| x.0),
-                Key::Send(s) => d.sends.get(&s).map(|x| x.0),
-                _ => None,
+        if d.blocked.as_ref().is_none_or(|b| b.key != key) {
+            // a receive matched by a probe has no source to follow (`u32::MAX`)
+            let (waits_for, any_ctx) = match key {
+                Key::Recv(r) => match d.recvs.get(&r).map(|x| x.0) {
+                    Some(Ok(r)) if r != u32::MAX => (Some(r), None),
+                    Some(Err(ctx)) => (None, Some(ctx)),
+                    _ => (None, None),
+                },
+                Key::Send(s) => (d.sends.get(&s).map(|x| x.0), None),
+                _ => (None, None),
             };
             let call = match key {
                 Key::Recv(r) => d.recvs.get(&r).map_or(call, |x| x.1),
@@ -220,10 +260,12 @@ pub(crate) fn waiting(key: Key) {
                 id: d.blocks,
                 since: now,
                 waits_for,
+                any_ctx,
                 call,
                 probed: false,
                 hang_reported: false,
             });
+            d.knot = None;
         }
         let b = d.blocked.as_mut().expect("set above");
         let waited = now - b.since;
@@ -234,25 +276,215 @@ pub(crate) fn waiting(key: Key) {
         b.probed = true;
         let hang = waited >= d.hang && !b.hang_reported;
         b.hang_reported |= hang;
-        let b = *b;
+        let b = b.clone();
         let mut send = Vec::new();
         if let (true, Some(w)) = (first_probe, b.waits_for) {
-            send.push((w, encode(d.me, b.id, 1, &[d.hop(&b, w)])));
+            send.push((w, PROBE_TAG, encode(d.me, b.id, 1, &[d.hop(&b, w)])));
         }
-        Some((d.tool, send, hang.then_some(b)))
+        let search = (first_probe && b.any_ctx.is_some()).then_some(b.id);
+        Some((d.tool, send, search, hang.then_some(b)))
     }) else {
         return;
     };
+    let mut send = send;
+    if let Some(block) = search {
+        send.extend(start_search(block, 1));
+    }
     tools::own_traffic(|| {
-        for (to, msg) in send {
-            tool.process_at_rank(to as i32)
-                .send_with_tag(&msg[..], PROBE_TAG);
+        for (to, tag, msg) in send {
+            tool.process_at_rank(to as i32).send_with_tag(&msg[..], tag);
         }
         answer_probes(&tool);
+        answer_queries(&tool);
     });
     if let Some(b) = report {
         report_hang(&b);
     }
+}
+
+/// The world ranks a blocked rank waits for: the one it names, or every rank of the
+/// communicator of its wildcard receive but itself.
+fn waits_on(me: u32, b: &Blocked) -> Vec<u32> {
+    match (b.waits_for, b.any_ctx) {
+        (Some(r), _) => vec![r],
+        (None, Some(ctx)) => progress::with(|s| {
+            let size = s.engine.size();
+            match s.groups.get(&(ctx & !crate::topology::INTERNAL)) {
+                Some(g) => g.world.clone(),
+                None => (0..size).collect(),
+            }
+        })
+        .into_iter()
+        .filter(|r| *r != me)
+        .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Starts round `round` of this rank's knot search from its wait `block`: the
+/// queries to send (to every rank it waits for).
+fn start_search(block: u64, round: u8) -> Vec<(u32, i32, Vec<u8>)> {
+    let Some(Some((me, b, hop))) = tools::with(|t| {
+        let d = t.deadlock.as_ref()?;
+        let b = d.blocked.clone().filter(|b| b.id == block)?;
+        Some((d.me, b.clone(), d.hop(&b, ANY)))
+    }) else {
+        return Vec::new();
+    };
+    let asked = waits_on(me, &b);
+    let msg = encode(me, block, round, &[]);
+    let send = asked.iter().map(|r| (*r, QUERY_TAG, msg.clone())).collect();
+    tools::with(|t| {
+        if let Some(d) = &mut t.deadlock {
+            let first = d.knot.take().map(|k| k.first).unwrap_or_default();
+            d.knot = Some(Knot {
+                block,
+                round,
+                asked,
+                answers: vec![(hop, Vec::new())],
+                first,
+            });
+        }
+    });
+    send
+}
+
+/// Answers the queries of wildcard waiters (with this rank's wait and the ranks it
+/// waits for, when blocked), and takes the answers to this rank's own.
+fn answer_queries(tool: &SimpleCommunicator) {
+    while let Some(st) = tool.any_process().immediate_probe_with_tag(QUERY_TAG) {
+        let from = st.source_rank();
+        let (bytes, _): (Vec<u8>, _) = tool.process_at_rank(from).receive_vec_with_tag(QUERY_TAG);
+        let Some((init, block, round, _)) = decode(&bytes) else {
+            continue;
+        };
+        let Some(Some((me, b))) = tools::with(|t| {
+            let d = t.deadlock.as_ref()?;
+            Some((d.me, d.blocked.clone()?))
+        }) else {
+            continue; // not blocked: no answer, and the search stops
+        };
+        let deps = waits_on(me, &b);
+        let hop = tools::with(|t| {
+            let d = t.deadlock.as_ref().expect("on");
+            d.hop(&b, b.waits_for.unwrap_or(ANY))
+        })
+        .expect("on");
+        let mut msg = encode(init, block, round, &[hop]);
+        for r in deps {
+            msg.extend_from_slice(&r.to_le_bytes());
+        }
+        tool.process_at_rank(from)
+            .send_with_tag(&msg[..], ANSWER_TAG);
+    }
+    while let Some(st) = tool.any_process().immediate_probe_with_tag(ANSWER_TAG) {
+        let (bytes, _): (Vec<u8>, _) = tool
+            .process_at_rank(st.source_rank())
+            .receive_vec_with_tag(ANSWER_TAG);
+        if let Some(send) = take_answer(&bytes) {
+            for (to, tag, msg) in send {
+                tool.process_at_rank(to as i32).send_with_tag(&msg[..], tag);
+            }
+        }
+    }
+}
+
+/// Takes an answer to this rank's search: queries the ranks it names that nobody
+/// asked yet; once every rank asked has answered, confirms with a second round or
+/// reports the knot. Returns the queries to send.
+fn take_answer(bytes: &[u8]) -> Option<Vec<(u32, i32, Vec<u8>)>> {
+    // an answer is one hop followed by the world ranks the answering rank waits for
+    let (_, block, round, hop, deps) = decode_answer(bytes)?;
+    let (next_round, knot_done) = tools::with(|t| {
+        let d = t.deadlock.as_mut()?;
+        let me = d.me;
+        let k = d
+            .knot
+            .as_mut()
+            .filter(|k| k.block == block && k.round == round)?;
+        if k.answers.iter().any(|(h, _)| h.rank == hop.rank) {
+            return None;
+        }
+        let new: Vec<u32> = deps
+            .iter()
+            .copied()
+            .filter(|r| *r != me && !k.asked.contains(r))
+            .collect();
+        k.asked.extend(&new);
+        k.answers.push((hop, deps));
+        let all = k
+            .asked
+            .iter()
+            .all(|r| k.answers.iter().any(|(h, _)| h.rank == *r));
+        let msg = encode(me, block, round, &[]);
+        let queries: Vec<(u32, i32, Vec<u8>)> =
+            new.iter().map(|r| (*r, QUERY_TAG, msg.clone())).collect();
+        if !all {
+            return Some((None, Err(queries)));
+        }
+        let mut hops: Vec<Hop> = k.answers.iter().map(|(h, _)| h.clone()).collect();
+        hops.sort_by_key(|h| h.rank);
+        if round == 1 {
+            k.first = hops;
+            Some((Some(block), Err(queries)))
+        } else if k.first == hops {
+            Some((None, Ok(hops)))
+        } else {
+            Some((None, Err(queries)))
+        }
+    })
+    .flatten()?;
+    match knot_done {
+        Ok(hops) => report_knot(&hops),
+        Err(mut queries) => {
+            if let Some(block) = next_round {
+                queries.extend(start_search(block, 2));
+            }
+            Some(queries)
+        }
+    }
+}
+
+fn decode_answer(b: &[u8]) -> Option<(u32, u64, u8, Hop, Vec<u32>)> {
+    // the hop's encoding ends where the ranks begin: re-encode it to find its length
+    let (init, block, round, path) = decode_prefix(b)?;
+    let (hop, used) = path;
+    let deps = b[used..]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+        .collect();
+    Some((init, block, round, hop, deps))
+}
+
+/// Decodes a message of one hop, and how many bytes it took.
+fn decode_prefix(b: &[u8]) -> Option<(u32, u64, u8, (Hop, usize))> {
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let init = u32_at(0)?;
+    let block = u64::from_le_bytes(b.get(4..12)?.try_into().ok()?);
+    let round = *b.get(12)?;
+    let mut at = 13;
+    let rank = u32_at(at)?;
+    let hblock = u64::from_le_bytes(b.get(at + 4..at + 12)?.try_into().ok()?);
+    let waits_for = u32_at(at + 12)?;
+    let line = u32_at(at + 16)?;
+    at += 20;
+    let mut strs = Vec::new();
+    for _ in 0..2 {
+        let n = u32_at(at)? as usize;
+        strs.push(String::from_utf8_lossy(b.get(at + 4..at + 4 + n)?).into_owned());
+        at += 4 + n;
+    }
+    let file = strs.pop()?;
+    let op = strs.pop()?;
+    let hop = Hop {
+        rank,
+        block: hblock,
+        waits_for,
+        op,
+        file,
+        line,
+    };
+    Some((init, block, round, (hop, at)))
 }
 
 /// Reads the probes other ranks sent and forwards, confirms or reports them.
@@ -266,8 +498,9 @@ fn answer_probes(tool: &SimpleCommunicator) {
         };
         let me_blocked = tools::with(|t| {
             let d = t.deadlock.as_ref()?;
-            let b = d.blocked?;
-            Some((d.me, b, d.hop(&b, b.waits_for?)))
+            let b = d.blocked.clone()?;
+            let hop = d.hop(&b, b.waits_for?);
+            Some((d.me, b, hop))
         })
         .flatten();
         let Some((me, b, hop)) = me_blocked else {
@@ -305,6 +538,49 @@ fn answer_probes(tool: &SimpleCommunicator) {
         tool.process_at_rank(next as i32)
             .send_with_tag(&msg[..], PROBE_TAG);
     }
+}
+
+/// Reports a knot (every rank reached by a wildcard waiter's search, each blocked
+/// for good) and ends the job.
+fn report_knot(hops: &[Hop]) -> ! {
+    let words: Vec<String> = hops
+        .iter()
+        .map(|h| {
+            let on = match h.waits_for {
+                ANY => "any rank".to_string(),
+                r => format!("rank {r}"),
+            };
+            format!(
+                "rank {} in {} at {}:{} waits for {on}",
+                h.rank, h.op, h.file, h.line
+            )
+        })
+        .collect();
+    let json: Vec<String> = hops
+        .iter()
+        .map(|h| {
+            let on = match h.waits_for {
+                ANY => "\"any\"".to_string(),
+                r => r.to_string(),
+            };
+            format!(
+                "{{\"rank\":{},\"call\":{},\"file\":{},\"line\":{},\"waits_for\":{on}}}",
+                h.rank,
+                super::json_str(&h.op),
+                super::json_str(&h.file),
+                h.line,
+            )
+        })
+        .collect();
+    super::log_line(&format!(
+        "{{\"check\":\"deadlock\",\"knot\":[{}]}}",
+        json.join(",")
+    ));
+    let msg = format!(
+        "deadlock: every rank these wait for is blocked too: {}",
+        words.join("; ")
+    );
+    progress::with(|s| s.fatal("RSMPI_CHECK", &msg))
 }
 
 fn report_cycle(path: &[Hop]) -> ! {

@@ -1,6 +1,8 @@
 //! The runtime checks (`RSMPI_CHECK`, `docs/tools.md`): message-race detection
 //! (`races`, this file), after MPIRace-Check, corrected; deadlock and hang detection
-//! (`deadlock`, `deadlock.rs`).
+//! (`deadlock`, `deadlock.rs`); the error checks (`errors`, `errors.rs` and
+//! `types.rs`). The notes sent ahead of each user message (this file) carry what the
+//! race and type checks need.
 //!
 //! ```sh
 //! RSMPI_CHECK=races RSMPI_CHECK_LOG=/tmp/races rsmpirun -n 3 ./app
