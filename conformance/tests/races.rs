@@ -181,3 +181,9 @@ fn unknown_checks_end_the_job_with_an_error() {
     let j = conformance::tool_job(Path::new(EXE), 3, &["fig2-a"], &env, 60);
     assert_ne!(launcher::run(&j).expect("launch"), 0);
 }
+
+#[test]
+fn notes_held_back_across_sends_reach_a_receiver_while_the_sender_polls() {
+    // the job must end (no hang) and report nothing
+    assert!(reports("poll", 2, None).is_empty());
+}

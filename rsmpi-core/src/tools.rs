@@ -145,9 +145,10 @@ pub(crate) fn finish() {
 
 /// Runs a tool's own traffic (`f`), which no tool records or checks.
 pub(crate) fn own_traffic<R>(f: impl FnOnce() -> R) -> R {
-    with(|t| t.busy = true);
+    // nested (a flush of the notes from a tool's own wait) keeps the outer one busy
+    let was = with(|t| std::mem::replace(&mut t.busy, true)).unwrap_or(false);
     let r = f();
-    with(|t| t.busy = false);
+    with(|t| t.busy = was);
     r
 }
 
@@ -261,6 +262,11 @@ pub(crate) fn leave(op: Op) {
             t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
         }
     });
+    // notes are held back only across consecutive sends: a call that may wait for a
+    // peer (a receive, a wait, a test, a probe, a collective) lets them go first
+    if !op.is_send() {
+        crate::check::idle();
+    }
     // the receives this call completed, checked for races in the order they matched
     crate::check::settle();
 }

@@ -19,6 +19,10 @@
 //!   with and without `RSMPI_CHECK=races` (`docs/tools.md`).
 //! * `waitany`, `probe` (3 ranks): wildcard receives completed through `wait_any`, and
 //!   wildcard probes; one race each.
+//! * `poll` (2 ranks): rank 1 sends three messages, computes for 300 ms, then polls
+//!   with `test` for rank 0's reply; rank 0 receives them with `ANY_SOURCE` and
+//!   replies. The checker holds notes back across consecutive sends: this must
+//!   neither hang nor report.
 //!
 //! The helpers are `#[track_caller]`, so that reports name the lines of the cases.
 #![forbid(unsafe_code)]
@@ -232,6 +236,31 @@ fn table2(w: &impl Communicator, n: u64) {
     }
 }
 
+/// The `poll` case.
+fn poll(w: &impl Communicator) {
+    let peer = w.process_at_rank(1 - w.rank());
+    if w.rank() == 1 {
+        for i in 0..3u64 {
+            peer.send_with_tag(&i, 1);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let mut reply = 0u64;
+        request::scope(|sc| {
+            let mut r = peer.immediate_receive_into_with_tag(sc, &mut reply, 2);
+            loop {
+                match r.test() {
+                    Ok(_) => break,
+                    Err(again) => r = again,
+                }
+            }
+        });
+        assert_eq!(reply, 3);
+    } else {
+        let sum: u64 = (0..3).map(|_| recv_one(w, "recv", None, Some(1)).0).sum();
+        peer.send_with_tag(&sum, 2);
+    }
+}
+
 fn main() {
     let case = std::env::args().nth(1).expect("CASE");
     let universe = rsmpi::initialize().expect("init");
@@ -242,6 +271,7 @@ fn main() {
         ["waitany"] => any_of(&w, "waitany"),
         ["table2", n] => table2(&w, n.parse().expect("N")),
         ["probe"] => any_of(&w, "probe"),
+        ["poll"] => poll(&w),
         ["fig1", "all", "tag", "1"] => fig1(&w, 1),
         [x, y, v] => pair(&w, x, y, v),
         _ => panic!("unknown case {case}"),

@@ -52,6 +52,11 @@ use types::TypeSig;
 
 type Site = Option<&'static Location<'static>>;
 
+/// Notes to one rank are sent together, this many at a time, or sooner when the
+/// sender has nothing else to do (`idle`) or finalizes: a message of its own per
+/// note cost the checked run ~6x (`docs/tools.md`, "Cost").
+const BATCH: u32 = 64;
+
 /// Wildcard receives kept per sender for later messages to race with: a message
 /// racing with a receive older than this many (that took messages from the same
 /// sender) goes unreported.
@@ -147,6 +152,9 @@ pub(crate) struct Notes {
     found: u64,
     /// The type signature of the receive about to be posted (`expect_type`).
     next_type: Option<TypeSig>,
+    /// Notes not sent yet, by destination (each a length and its bytes), and how
+    /// many each holds.
+    pending: Vec<(Vec<u8>, u32)>,
 }
 
 /// What `RSMPI_CHECK` asks for.
@@ -270,12 +278,15 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         known_by: vec![0; size],
         found: 0,
         next_type: None,
+        pending: vec![(Vec::new(), 0); size],
     };
     tools::with(|t| t.notes = Some(r));
 }
 
 /// At finalize: the error checks' last reports; says how many races this rank found.
 pub(crate) fn finish() {
+    // the notes held back: a peer's last receives may wait for them
+    idle();
     errors::finish();
     // receives completed outside any watched call (in finalize's own progress)
     check_events();
@@ -447,27 +458,69 @@ impl Notes {
 }
 
 /// Before a message of a user communicator, of type signature `ty`, leaves for world
-/// rank `dest`: sends its note ahead of it.
+/// rank `dest`: its note goes ahead of it, with up to [`BATCH`] others to `dest`.
 #[cold]
 #[inline(never)]
 pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32, ty: Option<TypeSig>) {
     if ctx & INTERNAL != 0 {
         return;
     }
-    let Some(Some((tool, note))) = tools::with(|t| {
+    let Some(Some((tool, batch))) = tools::with(|t| {
         if t.busy {
             return None;
         }
         let call = t.call;
         let r = t.notes.as_mut()?;
-        Some((r.tool, r.note_for(ctx, dest, tag, call, ty.as_ref())))
+        let note = r.note_for(ctx, dest, tag, call, ty.as_ref());
+        let (b, n) = &mut r.pending[dest as usize];
+        b.extend_from_slice(&(note.len() as u32).to_le_bytes());
+        b.extend_from_slice(&note);
+        *n += 1;
+        Some((r.tool, (*n >= BATCH).then(|| std::mem::take(b))))
     }) else {
         return;
     };
-    tools::own_traffic(|| {
-        tool.process_at_rank(dest as i32)
-            .send_with_tag(&note[..], 0)
-    });
+    if let Some(b) = batch {
+        tools::with(|t| {
+            if let Some(r) = &mut t.notes {
+                r.pending[dest as usize].1 = 0;
+            }
+        });
+        send_notes(&tool, dest, &b);
+    }
+}
+
+fn send_notes(tool: &SimpleCommunicator, dest: u32, batch: &[u8]) {
+    tools::own_traffic(|| tool.process_at_rank(dest as i32).send_with_tag(batch, 0));
+}
+
+/// This rank has nothing to do (a wait's idle poll): sends the notes it holds back,
+/// which a peer may be waiting for.
+#[cold]
+#[inline(never)]
+pub(crate) fn idle() {
+    let Some(Some((tool, batches))) = tools::with(|t| {
+        let r = t.notes.as_mut()?;
+        if r.pending.iter().all(|(_, n)| *n == 0) {
+            return None;
+        }
+        let batches: Vec<(u32, Vec<u8>)> = r
+            .pending
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(d, (b, n))| {
+                *n = 0;
+                (d as u32, std::mem::take(b))
+            })
+            .collect();
+        Some((r.tool, batches))
+    }) else {
+        return;
+    };
+    for (dest, b) in batches {
+        send_notes(&tool, dest, &b);
+    }
 }
 
 /// The receive about to be posted has type signature `ty` (from the watched calls;
@@ -591,10 +644,19 @@ fn note_of(tool: &SimpleCommunicator, src: u32, ctx: u32, tag: i32, seq: u64) ->
             return n;
         }
         let (b, _): (Vec<u8>, _) = tool.process_at_rank(src as i32).receive_vec_with_tag(0);
-        let (k, n) = decode(src, &b).unwrap_or_else(|| {
-            crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed race-checker note"))
-        });
-        with_notes(|r| r.notes.insert(k, n));
+        let mut at = 0;
+        while at < b.len() {
+            let note = b
+                .get(at..at + 4)
+                .map(|l| u32::from_le_bytes(l.try_into().expect("4")) as usize)
+                .and_then(|len| Some((b.get(at + 4..at + 4 + len)?, len)))
+                .and_then(|(note, len)| Some((decode(src, note)?, len)));
+            let Some(((k, n), len)) = note else {
+                crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
+            };
+            with_notes(|r| r.notes.insert(k, n));
+            at += 4 + len;
+        }
     }
 }
 

@@ -157,6 +157,23 @@ ops! {
     SyncPoint => "rsmpi::trace::sync_point",
 }
 
+impl Op {
+    /// Whether the call only sends (in any mode, blocking or not).
+    pub fn is_send(self) -> bool {
+        matches!(
+            self,
+            Op::Send
+                | Op::Bsend
+                | Op::Ssend
+                | Op::Rsend
+                | Op::Isend
+                | Op::Ibsend
+                | Op::Issend
+                | Op::Irsend
+        )
+    }
+}
+
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
