@@ -303,7 +303,9 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         self.remove_more(k)
     }
 
-    #[inline(never)]
+    // not `inline(never)`, unlike `insert_more`: with many requests in flight (a window
+    // of 64) this is the common path, and a call per remove cost ~90 instructions per
+    // message there (rsmpi's docs/performance.md, "Tools off")
     fn remove_more(&mut self, k: &K) -> Option<V> {
         if self.rest.is_empty() {
             return None;

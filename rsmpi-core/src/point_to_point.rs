@@ -111,11 +111,6 @@ pub(crate) fn start_send(
     arg: SendArg,
     mode: SendMode,
 ) -> Result<Key> {
-    let mode = match s.tools.as_deref() {
-        // standard sends run synchronous (`RSMPI_CHECK_SYNC`)
-        Some(t) if mode == SendMode::Standard && t.sync_sends() => SendMode::Synchronous,
-        _ => mode,
-    };
     let src = match (arg, mode) {
         (SendArg::Region(r), SendMode::Buffered) => {
             SendSrc::Owned(s.regions.slice(r).expect("lent").to_vec())
@@ -245,23 +240,21 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
-    tools::mpi_call!(send_op(mode, false), |watched| {
-        if watched {
-            watch_send(
-                comm,
-                rank,
-                tag,
-                type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())),
-            );
-        }
-        send_now_or_wait(comm, rank, buf, tag, mode)
-    })
+    if tools::is_on() {
+        return tools::watched(send_op(mode, false), Location::caller(), || {
+            let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+            watch_send(comm, rank, tag, ty);
+            let mode = tools::send_mode(mode);
+            send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode)
+        });
+    }
+    send_now_or_wait::<tools::Off, _>(comm, rank, buf, tag, mode)
 }
 
 /// The body of [`blocking_send`]: the rank and tag checked, the eager fast path, or
 /// a send waited for.
 #[inline(always)]
-fn send_now_or_wait<B: Buffer + ?Sized>(
+fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
     comm: &SimpleCommunicator,
     rank: Rank,
     buf: &B,
@@ -301,17 +294,18 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
     tag: Option<Tag>,
     buf: &mut B,
 ) -> Result<Status> {
-    tools::mpi_call!(Op::Recv, |watched| {
-        if watched {
+    if tools::is_on() {
+        return tools::watched(Op::Recv, Location::caller(), || {
             crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-        }
-        recv_and_wait(comm, src, tag, buf)
-    })
+            recv_and_wait::<tools::On, _>(comm, src, tag, buf)
+        });
+    }
+    recv_and_wait::<tools::Off, _>(comm, src, tag, buf)
 }
 
 /// The body of [`blocking_recv`].
 #[inline(always)]
-fn recv_and_wait<B: BufferMut + ?Sized>(
+fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
@@ -386,50 +380,24 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
-    // the switch read twice, not kept in a flag (see `tools::mpi_call!`)
     if tools::is_on() {
-        isend_enter(comm, rank, buf, tag, mode, Location::caller());
+        return tools::watched(send_op(mode, true), Location::caller(), || {
+            let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+            watch_send(comm, rank, tag, ty);
+            let mode = tools::send_mode(mode);
+            let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
+            if let Ok(r) = &r {
+                crate::check::request_started(r.pending.key);
+            }
+            r
+        });
     }
-    let r = isend(comm, rank, scope, buf, tag, mode);
-    if tools::is_on() {
-        watched_request(&r, send_op(mode, true));
-    }
-    r
-}
-
-/// An immediate send a tool watches begins.
-#[cold]
-#[inline(never)]
-fn isend_enter<B: Buffer + ?Sized>(
-    comm: &SimpleCommunicator,
-    rank: Rank,
-    buf: &B,
-    tag: Tag,
-    mode: SendMode,
-    site: &'static Location<'static>,
-) {
-    tools::enter(send_op(mode, true), site);
-    watch_send(
-        comm,
-        rank,
-        tag,
-        type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())),
-    );
-}
-
-/// An immediate call a tool watches ends, with the request `r` started.
-#[cold]
-#[inline(never)]
-fn watched_request<D: ?Sized, S>(r: &Result<Request<'_, D, S>>, op: Op) {
-    if let Ok(r) = r {
-        crate::check::request_started(r.pending.key);
-    }
-    tools::leave(op);
+    isend::<tools::Off, _, _>(comm, rank, scope, buf, tag, mode)
 }
 
 /// The body of [`immediate_send`].
 #[inline(always)]
-fn isend<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     rank: Rank,
     scope: Sc,
@@ -466,28 +434,22 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
-    // the switch read twice, not kept in a flag (see `tools::mpi_call!`)
     if tools::is_on() {
-        irecv_enter(buf, Location::caller());
+        return tools::watched(Op::Irecv, Location::caller(), || {
+            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+            let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
+            if let Ok(r) = &r {
+                crate::check::request_started(r.pending.key);
+            }
+            r
+        });
     }
-    let r = irecv(comm, src, scope, buf, tag);
-    if tools::is_on() {
-        watched_request(&r, Op::Irecv);
-    }
-    r
-}
-
-/// An immediate receive into `buf` a tool watches begins.
-#[cold]
-#[inline(never)]
-fn irecv_enter<B: BufferMut + ?Sized>(buf: &B, site: &'static Location<'static>) {
-    tools::enter(Op::Irecv, site);
-    crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+    irecv::<tools::Off, _, _>(comm, src, scope, buf, tag)
 }
 
 /// The body of [`immediate_recv`].
 #[inline(always)]
-fn irecv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     scope: Sc,
@@ -1061,19 +1023,13 @@ impl<'p> Process<'p> {
             let Some(dest) = dest else {
                 return Ok(done_pending(None));
             };
+            let mut mode = SendMode::Standard;
             if tools::is_on() {
                 crate::check::before_send(ctx, dest, tag, ty.clone());
+                mode = tools::send_mode(mode);
             }
-            let key = progress::with(|s| {
-                start_send(
-                    s,
-                    ctx,
-                    dest,
-                    tag,
-                    SendArg::Region(region),
-                    SendMode::Standard,
-                )
-            })?;
+            let key =
+                progress::with(|s| start_send(s, ctx, dest, tag, SendArg::Region(region), mode))?;
             Ok(Pending::new(key, 0, 0, 0))
         };
         crate::request::Persistent {

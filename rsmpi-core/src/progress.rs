@@ -191,11 +191,15 @@ thread_local! {
 }
 
 /// Runs `f` on the library state. Panics with a clear message when MPI is not
-/// initialized on this thread; see `try_with`.
+/// initialized on this thread; see `try_with`. Always inlined, like `try_with`: a
+/// body on the per-message path exists twice (`tools::Mode`), and LLVM would keep
+/// these thread-local accesses out of line for a second caller.
+#[inline(always)]
 pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     try_with(f).unwrap_or_else(|e| panic!("rsmpi: {e}"))
 }
 
+#[inline(always)]
 pub(crate) fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R> {
     STATE.with(|s| {
         let mut s = s.try_borrow_mut().expect("rsmpi is not reentrant");
@@ -381,13 +385,6 @@ impl State {
     /// leave at once with its payload, transmits it from `bytes` and returns true (the
     /// send is complete); otherwise changes nothing and returns false.
     pub fn send_now(&mut self, ctx: u32, dest: u32, tag: i32, bytes: &[u8]) -> Result<bool> {
-        if self
-            .tools
-            .as_deref()
-            .is_some_and(crate::tools::Tools::sync_sends)
-        {
-            return Ok(false); // standard sends run synchronous (`RSMPI_CHECK_SYNC`)
-        }
         let spec = matching::SendSpec {
             dest,
             tag,
@@ -770,6 +767,8 @@ pub struct Host;
 pub static HOST: Host = Host;
 
 impl RegionHost for Host {
+    // always inlined: see `with`
+    #[inline(always)]
     fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R {
         with(|s| f(&mut s.regions))
     }

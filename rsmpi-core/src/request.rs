@@ -18,6 +18,7 @@
 use crate::error::{Error, Result};
 use crate::point_to_point::Status;
 use crate::progress::{self, Done, Key, HOST};
+use crate::trace::format::Op;
 use matching::{RecvOutcome, SendError, SendOutcome};
 use std::marker::PhantomData;
 use transport::mem::{self, RegionId};
@@ -191,13 +192,18 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// data received).
     #[track_caller]
     pub fn wait_for_data(self) -> &'a D {
-        crate::tools::mpi_call!(crate::trace::format::Op::Wait, |_w| self
-            .wait_for_data_now())
+        if crate::tools::is_on() {
+            let site = std::panic::Location::caller();
+            return crate::tools::watched(Op::Wait, site, || {
+                self.wait_for_data_now::<crate::tools::On>()
+            });
+        }
+        self.wait_for_data_now::<crate::tools::Off>()
     }
 
     /// The body of [`Self::wait_for_data`].
     #[inline(always)]
-    fn wait_for_data_now(self) -> &'a D {
+    fn wait_for_data_now<W: crate::tools::Mode>(self) -> &'a D {
         let d = self.wait_done();
         let (st, d) = self.complete(d);
         st.unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -208,12 +214,18 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// receive) to the caller.
     #[track_caller]
     pub fn try_wait(self) -> Result<Status> {
-        crate::tools::mpi_call!(crate::trace::format::Op::Wait, |_w| self.try_wait_now())
+        if crate::tools::is_on() {
+            let site = std::panic::Location::caller();
+            return crate::tools::watched(Op::Wait, site, || {
+                self.try_wait_now::<crate::tools::On>()
+            });
+        }
+        self.try_wait_now::<crate::tools::Off>()
     }
 
     /// The body of [`Self::try_wait`].
     #[inline(always)]
-    fn try_wait_now(self) -> Result<Status> {
+    fn try_wait_now<W: crate::tools::Mode>(self) -> Result<Status> {
         let d = self.wait_done();
         self.complete_status(d)
     }
@@ -234,12 +246,16 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     where
         D: 'a,
     {
-        crate::tools::mpi_call!(crate::trace::format::Op::Test, |_w| self.test_now())
+        if crate::tools::is_on() {
+            let site = std::panic::Location::caller();
+            return crate::tools::watched(Op::Test, site, || self.test_now::<crate::tools::On>());
+        }
+        self.test_now::<crate::tools::Off>()
     }
 
     /// The body of [`Self::test_with_data`].
     #[inline(always)]
-    fn test_now(self) -> std::result::Result<(Status, &'a D), Self> {
+    fn test_now<W: crate::tools::Mode>(self) -> std::result::Result<(Status, &'a D), Self> {
         match progress::test(self.pending.key) {
             Some(d) => {
                 let (st, data) = self.complete(d);

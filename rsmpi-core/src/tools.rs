@@ -159,43 +159,86 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Tools) -> R) -> Option<R> {
         .flatten()
 }
 
-/// The body of an MPI call, as the tools see it. `mpi_call!(op, |watched| body)`
-/// tests the switch once, into `watched`. With a tool on, the call's enter and leave
-/// are marked around `body` (by the out-of-line [`enter`] and [`leave`]); with none,
-/// `body` runs with nothing added but two tests of the switch. Use it as the whole
-/// body of a `#[track_caller]` function, so that the source line is the user's.
+/// The body of an MPI call off the per-message path, as the tools see it:
+/// `mpi_call!(op, { body })` marks the call's enter and leave around `body` (by the
+/// out-of-line [`enter`] and [`leave`]) when a tool is on, reading the switch before
+/// and after. `body` runs as a closure, so a `return` or `?` in it gives the call's
+/// result; use it as the whole body of a `#[track_caller]` function, so that the
+/// source line is the user's.
 ///
-/// * `mpi_call!(op, |watched| expr)` evaluates `expr` as it is: it must not `return`
-///   or use `?`. On the per-message path, `expr` is a call of an
-///   `#[inline(always)]` function holding the call's body.
-/// * `mpi_call!(op, { body })` runs `body` as a closure, so `return` and `?` in it
-///   give the call's result; LLVM may keep a large closure out of line.
-///
-/// There is one copy of the body, and nothing runs on unwinding: a guard value dropped
-/// at the end of the call costs the small-message rate far more than its
-/// instructions (`docs/performance.md`, "Tools off").
+/// The calls on the per-message path (sends, receives, `wait`, `test`) use a
+/// different shape, for the reasons in [`Mode`]. Nothing runs on unwinding either
+/// way: a guard value dropped at the end of the call cost the small-message rate far
+/// more than its instructions (`docs/performance.md`, "Tools off").
 macro_rules! mpi_call {
-    ($op:expr, |$w:ident| $body:expr) => {{
-        let $w = $crate::tools::is_on();
-        if $w {
+    ($op:expr, $body:block) => {{
+        if $crate::tools::is_on() {
             $crate::tools::enter($op, ::std::panic::Location::caller());
         }
-        let r = $body;
-        // the switch read again, not `$w` kept: a flag live across the body changes
-        // how LLVM inlines it (+135 instructions per message, `docs/performance.md`)
+        #[allow(clippy::redundant_closure_call)]
+        let r = (|| $body)();
+        // the switch read again, not kept in a flag: a flag live across the body
+        // changes how LLVM inlines it
         if $crate::tools::is_on() {
             $crate::tools::leave($op);
         }
         r
     }};
-    ($op:expr, $body:block) => {
-        #[allow(clippy::redundant_closure_call)]
-        {
-            $crate::tools::mpi_call!($op, |_watched| (|| $body)())
-        }
-    };
 }
 pub(crate) use mpi_call;
+
+/// Which copy of a call's body runs: the one the tools watch ([`On`]) or the one
+/// they do not ([`Off`]). A call on the per-message path tests the switch once and
+/// runs one of the two copies of its body, an `#[inline(always)]` function generic
+/// over its mode:
+///
+/// ```ignore
+/// if tools::is_on() {
+///     return tools::watched(op, Location::caller(), || body::<tools::On>(args));
+/// }
+/// body::<tools::Off>(args)
+/// ```
+///
+/// The mode parameter makes the two copies, and every closure inside them, distinct
+/// functions. So each helper the body calls through a closure keeps a single caller
+/// in the unwatched copy, and LLVM inlines the unwatched copy exactly as it would
+/// without the tools. A flag kept across one shared body, a closure around it, or two
+/// copies of an ungeneric body each cost 27–277 instructions per round
+/// (`docs/performance.md`, "Tools off").
+pub(crate) trait Mode {}
+
+/// The body's copy for a call the tools watch.
+pub(crate) struct On;
+/// The body's copy for a call with no tool on.
+pub(crate) struct Off;
+
+impl Mode for On {}
+impl Mode for Off {}
+
+/// Whether standard sends run as synchronous ones now (`RSMPI_CHECK_SYNC=1` with
+/// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.
+pub(crate) fn send_mode(mode: matching::SendMode) -> matching::SendMode {
+    use matching::SendMode::{Standard, Synchronous};
+    match with(|t| mode == Standard && t.sync_sends()) {
+        Some(true) => Synchronous,
+        _ => mode,
+    }
+}
+
+/// Runs `f`, the watched copy of the body of the MPI call `op` made at `site`,
+/// between the call's enter and leave.
+#[cold]
+#[inline(never)]
+pub(crate) fn watched<R>(
+    op: Op,
+    site: &'static std::panic::Location<'static>,
+    f: impl FnOnce() -> R,
+) -> R {
+    enter(op, site);
+    let r = f();
+    leave(op);
+    r
+}
 
 /// An MPI call in progress, for the calls off the per-message path (collectives,
 /// probes, sync points): the tools see it begin when it is made and end when this

@@ -214,6 +214,9 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
         self.add(slot)
     }
 
+    // always inlined: on rsmpi's per-message path it has several callers, and out of
+    // line it cost a lend ~50 instructions (rsmpi's docs/performance.md, "Tools off")
+    #[inline(always)]
     fn add(&self, slot: Slot) -> RegionId {
         let id = self.host.with_regions(|r| r.insert(slot));
         self.ids.borrow_mut().push(id);
