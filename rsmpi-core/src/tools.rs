@@ -1,7 +1,8 @@
-//! The hooks the built-in tools hang on: one switch for all of them, the guard that
-//! marks an MPI call's enter and leave, and the library state's record of messages
-//! and receives. With no tool on, a call tests one relaxed atomic flag on entry and a
-//! register on return, and a message tests whether the state holds any tool.
+//! The hooks the built-in tools hang on: one switch for all of them, the marks of an
+//! MPI call's enter and leave, and the library state's record of messages and
+//! receives. With no tool on, a call on the per-message path tests the switch (a
+//! relaxed atomic flag) once and runs the copy of its body without hooks ([`Mode`]),
+//! and a message tests whether the state holds any tool.
 //!
 //! The tools: the tracer (`RSMPI_TRACE`, [`crate::trace`]), the message-race checker
 //! (`RSMPI_CHECK=races`, [`crate::check`]) and the deadlock detector

@@ -16,8 +16,9 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-/// The first eight bytes of every trace file.
-pub const MAGIC: &[u8; 8] = b"RSMPITR1";
+/// The first eight bytes of every trace file. Version 2 gave each collective its own
+/// [`Op`], which renumbered the rest: version 1 files are refused, not misread.
+pub const MAGIC: &[u8; 8] = b"RSMPITR2";
 /// Bytes of the file header.
 pub const HEADER: usize = 16;
 /// Bytes of one record.
