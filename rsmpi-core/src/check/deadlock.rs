@@ -189,40 +189,46 @@ fn encode(init: u32, block: u64, round: u8, path: &[Hop]) -> Vec<u8> {
 }
 
 fn decode(b: &[u8]) -> Option<(u32, u64, u8, Vec<Hop>)> {
-    let mut at = 0usize;
+    let (init, block, round) = decode_head(b)?;
+    let mut at = 13;
+    let mut path = Vec::new();
+    while at < b.len() {
+        path.push(decode_hop(b, &mut at)?);
+    }
+    Some((init, block, round, path))
+}
+
+/// A probe's or query's (initiator, initiator's wait, round).
+fn decode_head(b: &[u8]) -> Option<(u32, u64, u8)> {
+    let init = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?);
+    let block = u64::from_le_bytes(b.get(4..12)?.try_into().ok()?);
+    Some((init, block, *b.get(12)?))
+}
+
+/// The hop encoded at `b[*at..]`; moves `at` past it.
+fn decode_hop(b: &[u8], at: &mut usize) -> Option<Hop> {
     let mut take = |n: usize| -> Option<&[u8]> {
-        let s = b.get(at..at + n)?;
-        at += n;
+        let s = b.get(*at..*at + n)?;
+        *at += n;
         Some(s)
     };
     let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4"));
-    let u64_ = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8"));
-    let init = u32_(take(4)?);
-    let block = u64_(take(8)?);
-    let round = take(1)?[0];
-    let mut path = Vec::new();
-    while let Some(r) = take(4) {
-        let rank = u32_(r);
-        let block = u64_(take(8)?);
-        let waits_for = u32_(take(4)?);
-        let line = u32_(take(4)?);
-        let mut strs = Vec::new();
-        for _ in 0..2 {
-            let n = u32_(take(4)?) as usize;
-            strs.push(String::from_utf8_lossy(take(n)?).into_owned());
-        }
-        let file = strs.pop()?;
-        let op = strs.pop()?;
-        path.push(Hop {
-            rank,
-            block,
-            waits_for,
-            op,
-            file,
-            line,
-        });
-    }
-    Some((init, block, round, path))
+    let rank = u32_(take(4)?);
+    let block = u64::from_le_bytes(take(8)?.try_into().expect("8"));
+    let waits_for = u32_(take(4)?);
+    let line = u32_(take(4)?);
+    let n = u32_(take(4)?) as usize;
+    let op = String::from_utf8_lossy(take(n)?).into_owned();
+    let n = u32_(take(4)?) as usize;
+    let file = String::from_utf8_lossy(take(n)?).into_owned();
+    Some(Hop {
+        rank,
+        block,
+        waits_for,
+        op,
+        file,
+        line,
+    })
 }
 
 /// Called by a wait for `key` each time it finds nothing to do: notes the wait, and
@@ -446,45 +452,15 @@ fn take_answer(bytes: &[u8]) -> Option<Vec<(u32, i32, Vec<u8>)>> {
 }
 
 fn decode_answer(b: &[u8]) -> Option<(u32, u64, u8, Hop, Vec<u32>)> {
-    // the hop's encoding ends where the ranks begin: re-encode it to find its length
-    let (init, block, round, path) = decode_prefix(b)?;
-    let (hop, used) = path;
-    let deps = b[used..]
+    // one hop, then the world ranks the answering rank waits for
+    let (init, block, round) = decode_head(b)?;
+    let mut at = 13;
+    let hop = decode_hop(b, &mut at)?;
+    let deps = b[at..]
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
         .collect();
     Some((init, block, round, hop, deps))
-}
-
-/// Decodes a message of one hop, and how many bytes it took.
-fn decode_prefix(b: &[u8]) -> Option<(u32, u64, u8, (Hop, usize))> {
-    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-    let init = u32_at(0)?;
-    let block = u64::from_le_bytes(b.get(4..12)?.try_into().ok()?);
-    let round = *b.get(12)?;
-    let mut at = 13;
-    let rank = u32_at(at)?;
-    let hblock = u64::from_le_bytes(b.get(at + 4..at + 12)?.try_into().ok()?);
-    let waits_for = u32_at(at + 12)?;
-    let line = u32_at(at + 16)?;
-    at += 20;
-    let mut strs = Vec::new();
-    for _ in 0..2 {
-        let n = u32_at(at)? as usize;
-        strs.push(String::from_utf8_lossy(b.get(at + 4..at + 4 + n)?).into_owned());
-        at += 4 + n;
-    }
-    let file = strs.pop()?;
-    let op = strs.pop()?;
-    let hop = Hop {
-        rank,
-        block: hblock,
-        waits_for,
-        op,
-        file,
-        line,
-    };
-    Some((init, block, round, (hop, at)))
 }
 
 /// Reads the probes other ranks sent and forwards, confirms or reports them.
@@ -543,57 +519,30 @@ fn answer_probes(tool: &SimpleCommunicator) {
 /// Reports a knot (every rank reached by a wildcard waiter's search, each blocked
 /// for good) and ends the job.
 fn report_knot(hops: &[Hop]) -> ! {
+    report_deadlock("knot", "every rank these wait for is blocked too: ", hops)
+}
+
+fn report_cycle(path: &[Hop]) -> ! {
+    report_deadlock("cycle", "", path)
+}
+
+/// Reports the ranks of a deadlock (a `cycle` or a `knot`, the JSON key), each with
+/// its call, line and what it waits for, and ends the job.
+fn report_deadlock(key: &str, lead: &str, hops: &[Hop]) -> ! {
     let words: Vec<String> = hops
         .iter()
         .map(|h| {
-            let on = match h.waits_for {
+            let to = match h.waits_for {
                 ANY => "any rank".to_string(),
                 r => format!("rank {r}"),
             };
             format!(
-                "rank {} in {} at {}:{} waits for {on}",
+                "rank {} in {} at {}:{} waits for {to}",
                 h.rank, h.op, h.file, h.line
             )
         })
         .collect();
     let json: Vec<String> = hops
-        .iter()
-        .map(|h| {
-            let on = match h.waits_for {
-                ANY => "\"any\"".to_string(),
-                r => r.to_string(),
-            };
-            format!(
-                "{{\"rank\":{},\"call\":{},\"file\":{},\"line\":{},\"waits_for\":{on}}}",
-                h.rank,
-                super::json_str(&h.op),
-                super::json_str(&h.file),
-                h.line,
-            )
-        })
-        .collect();
-    super::log_line(&format!(
-        "{{\"check\":\"deadlock\",\"knot\":[{}]}}",
-        json.join(",")
-    ));
-    let msg = format!(
-        "deadlock: every rank these wait for is blocked too: {}",
-        words.join("; ")
-    );
-    progress::with(|s| s.fatal("RSMPI_CHECK", &msg))
-}
-
-fn report_cycle(path: &[Hop]) -> ! {
-    let words: Vec<String> = path
-        .iter()
-        .map(|h| {
-            format!(
-                "rank {} in {} at {}:{} waits for rank {}",
-                h.rank, h.op, h.file, h.line, h.waits_for
-            )
-        })
-        .collect();
-    let json: Vec<String> = path
         .iter()
         .map(|h| {
             format!(
@@ -602,13 +551,18 @@ fn report_cycle(path: &[Hop]) -> ! {
                 super::json_str(&h.op),
                 super::json_str(&h.file),
                 h.line,
-                h.waits_for
+                match h.waits_for {
+                    ANY => "\"any\"".to_string(),
+                    r => r.to_string(),
+                },
             )
         })
         .collect();
-    let line = format!("{{\"check\":\"deadlock\",\"cycle\":[{}]}}", json.join(","));
-    super::log_line(&line);
-    let msg = format!("deadlock: {}", words.join("; "));
+    super::log_line(&format!(
+        "{{\"check\":\"deadlock\",\"{key}\":[{}]}}",
+        json.join(",")
+    ));
+    let msg = format!("deadlock: {lead}{}", words.join("; "));
     progress::with(|s| s.fatal("RSMPI_CHECK", &msg))
 }
 

@@ -82,40 +82,32 @@ fn live(s: &progress::State, key: &Key) -> bool {
         }
 }
 
+/// This rank's error checker and the user's call in progress, outside the tools' own
+/// traffic.
+fn errors(s: &mut progress::State) -> Option<(&mut Errors, Call)> {
+    let t = s.tools.as_deref_mut().filter(|t| !t.busy)?;
+    let call = t.call;
+    Some((t.errors.as_mut()?, call))
+}
+
 /// An immediate call started the request `key` (from its watched twin).
 #[cold]
 #[inline(never)]
 pub(crate) fn request_started(key: Key) {
     let _ = progress::try_with(|s| {
-        let progress::State {
-            tools,
-            done,
-            recv_dst,
-            send_src,
-            ..
-        } = s;
-        let Some(t) = tools.as_deref_mut() else {
-            return;
-        };
-        if t.busy {
-            return;
-        }
-        let call = t.call;
-        let Some(e) = &mut t.errors else {
+        let Some((e, call)) = errors(s) else {
             return;
         };
         e.requests.insert(key, call);
-        if e.requests.len() >= e.prune_at {
-            // the requests collected since: gone from the library
-            e.requests.retain(|k, _| {
-                done.contains_key(k)
-                    || match k {
-                        Key::Recv(r) => recv_dst.contains_key(r),
-                        Key::Send(x) => send_src.contains_key(x),
-                        Key::Null(_) | Key::Coll(_) => false,
-                    }
-            });
-            e.prune_at = (2 * e.requests.len()).max(1024);
+        if e.requests.len() < e.prune_at {
+            return;
+        }
+        // the requests collected since: gone from the library
+        let mut requests = std::mem::take(&mut e.requests);
+        requests.retain(|k, _| live(s, k));
+        if let Some((e, _)) = errors(s) {
+            e.prune_at = (2 * requests.len()).max(1024);
+            e.requests = requests;
         }
     });
 }
