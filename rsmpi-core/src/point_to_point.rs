@@ -242,8 +242,10 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
 ) -> Result<()> {
     if tools::is_on() {
         return tools::watched(send_op(mode, false), Location::caller(), || {
-            let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
-            watch_send(comm, rank, tag, ty);
+            if tools::checking() {
+                let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+                watch_send(comm, rank, tag, ty);
+            }
             let mode = tools::send_mode(mode);
             send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode)
         });
@@ -296,7 +298,9 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
 ) -> Result<Status> {
     if tools::is_on() {
         return tools::watched(Op::Recv, Location::caller(), || {
-            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+            if tools::checking() {
+                crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+            }
             recv_and_wait::<tools::On, _>(comm, src, tag, buf)
         });
     }
@@ -382,11 +386,13 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
         return tools::watched(send_op(mode, true), Location::caller(), || {
-            let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
-            watch_send(comm, rank, tag, ty);
+            if tools::checking() {
+                let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+                watch_send(comm, rank, tag, ty);
+            }
             let mode = tools::send_mode(mode);
             let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
-            if let Ok(r) = &r {
+            if let (Ok(r), true) = (&r, tools::checking()) {
                 crate::check::request_started(r.pending.key);
             }
             r
@@ -436,9 +442,11 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
         return tools::watched(Op::Irecv, Location::caller(), || {
-            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+            if tools::checking() {
+                crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+            }
             let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
-            if let Ok(r) = &r {
+            if let (Ok(r), true) = (&r, tools::checking()) {
                 crate::check::request_started(r.pending.key);
             }
             r
@@ -524,7 +532,7 @@ fn iprobe_once(
         };
         Some((st, env.source))
     });
-    if let (Some((st, world)), true) = (&found, tools::is_on()) {
+    if let (Some((st, world)), true) = (&found, tools::checking()) {
         crate::check::probed(ctx, src, tag, *world, st.tag);
     }
     Ok(found.map(|(st, _)| st))
@@ -573,7 +581,7 @@ fn improbe_once(
         };
         Some((Message { id: Some(id), ctx }, st, env.source))
     });
-    if let (Some((_, st, world)), true) = (&found, tools::is_on()) {
+    if let (Some((_, st, world)), true) = (&found, tools::checking()) {
         crate::check::probed(ctx, src, tag, *world, st.tag);
     }
     Ok(found.map(|(m, st, _)| (m, st)))
@@ -1006,7 +1014,7 @@ impl<'p> Process<'p> {
             .and_then(|d| check_tag(tag).map(|_| d));
         let dest = dest.unwrap_or_else(|e| fail("send_init", e));
         // its type signature, for the type check's note at each start
-        let ty = if tools::is_on() {
+        let ty = if tools::checking() {
             type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()))
         } else {
             None
@@ -1024,7 +1032,7 @@ impl<'p> Process<'p> {
                 return Ok(done_pending(None));
             };
             let mut mode = SendMode::Standard;
-            if tools::is_on() {
+            if tools::checking() {
                 crate::check::before_send(ctx, dest, tag, ty.clone());
                 mode = tools::send_mode(mode);
             }
@@ -1166,7 +1174,7 @@ impl Message {
         buf: &'a mut B,
     ) -> Request<'a, B, Sc> {
         let _t = tools::call(Op::Mrecv);
-        if tools::is_on() {
+        if tools::checking() {
             crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
         }
         let Some(id) = self.id else {
@@ -1209,7 +1217,7 @@ impl Message {
     #[track_caller]
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
         let _t = tools::call(Op::Mrecv);
-        if tools::is_on() {
+        if tools::checking() {
             crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
         }
         let Some(id) = self.id else {

@@ -698,7 +698,7 @@ impl Backoff {
 
     /// Called after a poll that found nothing to do.
     pub fn idle(&mut self) {
-        if crate::tools::is_on() {
+        if crate::tools::checking() {
             // a peer may be waiting for the notes this rank holds back
             crate::check::idle();
         }
@@ -745,7 +745,7 @@ pub(crate) fn wait(key: Key) -> Done {
             b.busy();
         } else {
             b.idle();
-            if crate::tools::is_on() {
+            if crate::tools::checking() {
                 crate::check::deadlock::waiting(key);
             }
         }

@@ -22,11 +22,19 @@ use crate::trace::format::{Kind, Op};
 use crate::trace::Tracer;
 
 static ON: AtomicBool = AtomicBool::new(false);
+static CHECKING: AtomicBool = AtomicBool::new(false);
 
 /// Whether any tool is on in this process.
 #[inline(always)]
 pub(crate) fn is_on() -> bool {
     ON.load(Ordering::Relaxed)
+}
+
+/// Whether any check (`RSMPI_CHECK`) is on: the checks' hooks (the notes, the
+/// type signatures, the requests' records) are skipped when only the tracer is.
+#[inline(always)]
+pub(crate) fn checking() -> bool {
+    CHECKING.load(Ordering::Relaxed)
 }
 
 /// The tools of this rank, in the library state while any is on.
@@ -126,6 +134,7 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
     progress::with(|s| s.tools = Some(Box::default()));
     ON.store(true, Ordering::Relaxed);
     if checks.any() {
+        CHECKING.store(true, Ordering::Relaxed);
         crate::check::init(world, checks)?;
     }
     if let Some(t) = trace {
@@ -220,7 +229,10 @@ impl Mode for Off {}
 /// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.
 pub(crate) fn send_mode(mode: matching::SendMode) -> matching::SendMode {
     use matching::SendMode::{Standard, Synchronous};
-    match with(|t| mode == Standard && t.sync_sends()) {
+    if mode != Standard || !checking() {
+        return mode;
+    }
+    match with(|t| t.sync_sends()) {
         Some(true) => Synchronous,
         _ => mode,
     }
@@ -306,6 +318,9 @@ pub(crate) fn leave(op: Op) {
             t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
         }
     });
+    if !checking() {
+        return;
+    }
     // notes are held back only across consecutive sends: a call that may wait for a
     // peer (a receive, a wait, a test, a probe, a collective) lets them go first
     if !op.is_send() {

@@ -41,7 +41,7 @@ pub mod traits {
 /// The default error handler (`MPI_ERRORS_ARE_FATAL`): names the rank, the call and
 /// the cause, and ends the job.
 pub(crate) fn fail(call: &str, e: Error) -> ! {
-    if crate::tools::is_on() {
+    if crate::tools::checking() {
         crate::check::errors::failed(&e);
     }
     match progress::try_with(|s| s.fatal(call, &e)) {

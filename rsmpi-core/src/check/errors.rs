@@ -164,7 +164,7 @@ pub(super) fn type_mismatch(
              buffer of {}: value {i} is {} but the receive expects {}",
             op_name(posted.call),
             types::describe(sent),
-            note.file,
+            note.file.as_deref().unwrap_or("?"),
             note.line,
             types::describe(recv),
             types::type_name(a),
@@ -175,7 +175,7 @@ pub(super) fn type_mismatch(
             json_str(&types::describe(sent)),
             json_str(&types::describe(recv)),
             json_str(send_op),
-            json_str(&note.file),
+            note.file.as_deref().map_or("null".into(), json_str),
             note.line,
         ),
     );

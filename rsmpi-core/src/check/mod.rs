@@ -40,6 +40,7 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::panic::Location;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use matching::{RecvId, RecvOutcome, Source as Src, TagSel};
 use rustc_hash::FxHashMap as HashMap;
@@ -98,8 +99,9 @@ enum Event {
 #[derive(Clone, Debug)]
 struct Note {
     /// The sender's clock (empty unless races are checked).
-    clock: Vec<u64>,
-    file: String,
+    clock: Box<[u64]>,
+    /// The send's source file (shared by every note from the same file).
+    file: Option<Arc<str>>,
     line: u32,
     op: Option<Op>,
     /// The message's type signature (with the type check, when it has one).
@@ -111,7 +113,7 @@ struct Note {
 struct Msg {
     src: u32,
     tag: i32,
-    file: Option<String>,
+    file: Option<Arc<str>>,
     line: u32,
 }
 
@@ -155,7 +157,16 @@ pub(crate) struct Notes {
     /// Notes not sent yet, by destination (each a length and its bytes), and how
     /// many each holds.
     pending: Vec<(Vec<u8>, u32)>,
+    /// The source files named to each destination so far, by the address of their
+    /// name, with the number each destination knows them by: a note names its file
+    /// once per destination, then by number.
+    files_sent: Vec<HashMap<(usize, usize), u32>>,
+    /// The source files each rank has named, by their number.
+    files_got: Vec<Vec<Arc<str>>>,
 }
+
+/// The file number of a note sent without a source line.
+const NO_FILE: u32 = u32::MAX;
 
 /// What `RSMPI_CHECK` asks for.
 #[derive(Clone, Copy, Debug, Default)]
@@ -279,6 +290,8 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         found: 0,
         next_type: None,
         pending: vec![(Vec::new(), 0); size],
+        files_sent: vec![HashMap::default(); size],
+        files_got: vec![Vec::new(); size],
     };
     tools::with(|t| t.notes = Some(r));
 }
@@ -349,32 +362,46 @@ impl Notes {
         }
     }
 
-    /// The note to send ahead of a message to world rank `dest` (of type signature
-    /// `ty`); ticks the clock.
-    fn note_for(
-        &mut self,
-        ctx: u32,
-        dest: u32,
-        tag: i32,
-        call: Call,
-        ty: Option<&TypeSig>,
-    ) -> Vec<u8> {
+    /// Appends the note of a message to world rank `dest` (of type signature `ty`)
+    /// to the notes held for `dest`, behind its length; ticks the clock. Returns how
+    /// many notes `dest` now has waiting.
+    fn add_note(&mut self, ctx: u32, dest: u32, tag: i32, call: Call, ty: Option<&TypeSig>) -> u32 {
         let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
         let seq = *n;
         *n += 1;
         let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
-        let mut b = Vec::with_capacity(40 + file.len() + 8 * self.clock.len());
+        // a file named for the first time goes with its number; later notes only
+        // give the number
+        let (id, new) = if call.site.is_none() {
+            (NO_FILE, false)
+        } else {
+            let known = &mut self.files_sent[dest as usize];
+            let next = known.len() as u32;
+            match known.entry((file.as_ptr() as usize, file.len())) {
+                std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+                std::collections::hash_map::Entry::Vacant(e) => (*e.insert(next), true),
+            }
+        };
+        let (b, count) = &mut self.pending[dest as usize];
+        let start = b.len();
+        b.extend_from_slice(&[0; 4]);
         b.extend_from_slice(&ctx.to_le_bytes());
         b.extend_from_slice(&tag.to_le_bytes());
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&line.to_le_bytes());
         b.push(call.op.map_or(u8::MAX, |o| o as u8));
-        b.extend_from_slice(&(file.len() as u32).to_le_bytes());
-        b.extend_from_slice(file.as_bytes());
+        b.extend_from_slice(&id.to_le_bytes());
+        if new {
+            b.push(1);
+            b.extend_from_slice(&(file.len() as u32).to_le_bytes());
+            b.extend_from_slice(file.as_bytes());
+        } else {
+            b.push(0);
+        }
         match ty.filter(|_| self.types) {
             Some(t) => {
                 b.push(1);
-                t.encode(&mut b);
+                t.encode(b);
             }
             None => b.push(0),
         }
@@ -384,7 +411,10 @@ impl Notes {
                 b.extend_from_slice(&c.to_le_bytes());
             }
         }
-        b
+        let len = (b.len() - start - 4) as u32;
+        b[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        *count += 1;
+        *count
     }
 
     /// Checks the message `m` (clock `s`) against the watched receives, then merges.
@@ -471,21 +501,17 @@ pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32, ty: Option<TypeSig>) {
         }
         let call = t.call;
         let r = t.notes.as_mut()?;
-        let note = r.note_for(ctx, dest, tag, call, ty.as_ref());
-        let (b, n) = &mut r.pending[dest as usize];
-        b.extend_from_slice(&(note.len() as u32).to_le_bytes());
-        b.extend_from_slice(&note);
-        *n += 1;
-        Some((r.tool, (*n >= BATCH).then(|| std::mem::take(b))))
+        let n = r.add_note(ctx, dest, tag, call, ty.as_ref());
+        let batch = (n >= BATCH).then(|| {
+            let (b, n) = &mut r.pending[dest as usize];
+            *n = 0;
+            std::mem::take(b)
+        });
+        Some((r.tool, batch))
     }) else {
         return;
     };
     if let Some(b) = batch {
-        tools::with(|t| {
-            if let Some(r) = &mut t.notes {
-                r.pending[dest as usize].1 = 0;
-            }
-        });
         send_notes(&tool, dest, &b);
     }
 }
@@ -602,7 +628,7 @@ fn check_events() {
                         let m = Msg {
                             src,
                             tag,
-                            file: Some(note.file),
+                            file: note.file.clone(),
                             line: note.line,
                         };
                         r.check(posted.ctx, &m, &note.clock, &mut found);
@@ -644,58 +670,83 @@ fn note_of(tool: &SimpleCommunicator, src: u32, ctx: u32, tag: i32, seq: u64) ->
             return n;
         }
         let (b, _): (Vec<u8>, _) = tool.process_at_rank(src as i32).receive_vec_with_tag(0);
+        if with_notes(|r| r.take_batch(src, &b)) == Some(false) {
+            crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
+        }
+    }
+}
+
+impl Notes {
+    /// Keeps the notes of a batch from world rank `src`; false if it is malformed.
+    fn take_batch(&mut self, src: u32, b: &[u8]) -> bool {
         let mut at = 0;
         while at < b.len() {
             let note = b
                 .get(at..at + 4)
                 .map(|l| u32::from_le_bytes(l.try_into().expect("4")) as usize)
                 .and_then(|len| Some((b.get(at + 4..at + 4 + len)?, len)))
-                .and_then(|(note, len)| Some((decode(src, note)?, len)));
+                .and_then(|(note, len)| Some((self.decode(src, note)?, len)));
             let Some(((k, n), len)) = note else {
-                crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
+                return false;
             };
-            with_notes(|r| r.notes.insert(k, n));
+            self.notes.insert(k, n);
             at += 4 + len;
         }
+        true
     }
-}
 
-fn decode(src: u32, b: &[u8]) -> Option<((u32, u32, i32, u64), Note)> {
-    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-    let ctx = u32_at(0)?;
-    let tag = u32_at(4)? as i32;
-    let seq = u64_at(8)?;
-    let line = u32_at(16)?;
-    let op = Op::from_u8(*b.get(20)?);
-    let flen = u32_at(21)? as usize;
-    let file = String::from_utf8_lossy(b.get(25..25 + flen)?).into_owned();
-    let mut o = 25 + flen;
-    let ty = match *b.get(o)? {
-        0 => {
-            o += 1;
-            None
+    /// One note from world rank `src`.
+    fn decode(&mut self, src: u32, b: &[u8]) -> Option<((u32, u32, i32, u64), Note)> {
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+        let ctx = u32_at(0)?;
+        let tag = u32_at(4)? as i32;
+        let seq = u64_at(8)?;
+        let line = u32_at(16)?;
+        let op = Op::from_u8(*b.get(20)?);
+        let id = u32_at(21)?;
+        let files = &mut self.files_got[src as usize];
+        let mut o = 26;
+        if *b.get(25)? != 0 {
+            // a file named for the first time: its number is the next one
+            let flen = u32_at(26)? as usize;
+            let name = String::from_utf8_lossy(b.get(30..30 + flen)?);
+            if id as usize != files.len() {
+                return None;
+            }
+            files.push(Arc::from(name));
+            o = 30 + flen;
         }
-        _ => {
-            o += 1;
-            Some(TypeSig::decode(b, &mut o)?)
-        }
-    };
-    let clock = b
-        .get(o..)?
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-        .collect();
-    Some((
-        (src, ctx, tag, seq),
-        Note {
-            clock,
-            file,
-            line,
-            op,
-            ty,
-        },
-    ))
+        let file = match id {
+            NO_FILE => None,
+            i => Some(files.get(i as usize)?.clone()),
+        };
+        let ty = match *b.get(o)? {
+            0 => {
+                o += 1;
+                None
+            }
+            _ => {
+                o += 1;
+                Some(TypeSig::decode(b, &mut o)?)
+            }
+        };
+        let clock = b
+            .get(o..)?
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+            .collect();
+        Some((
+            (src, ctx, tag, seq),
+            Note {
+                clock,
+                file,
+                line,
+                op,
+                ty,
+            },
+        ))
+    }
 }
 
 pub(crate) fn json_str(s: &str) -> String {

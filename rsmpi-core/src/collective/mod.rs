@@ -145,7 +145,7 @@ fn drive(
             }
             None => {
                 backoff.idle();
-                if crate::tools::is_on() {
+                if crate::tools::checking() {
                     // the deadlock detector follows the rank the schedule waits for
                     if let Some(k) = progress::with(|s| e.pending(s)) {
                         crate::check::deadlock::waiting(k);
