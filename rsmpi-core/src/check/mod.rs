@@ -653,6 +653,17 @@ fn check_events() {
     if found.is_empty() {
         return;
     }
+    // past the most to print, a race is only counted
+    let counted = with_notes(|r| {
+        if r.printed >= r.max_reports {
+            r.found += found.len() as u64;
+            return true;
+        }
+        false
+    });
+    if counted != Some(false) {
+        return;
+    }
     // reporting moves no message: the checker can leave the tools meanwhile
     if let Some(Some(mut r)) = tools::with(|t| t.notes.take()) {
         for (w, m) in found {
