@@ -185,3 +185,79 @@ fn a_long_wait_without_a_cycle_is_a_hang_not_a_deadlock() {
     );
     assert_eq!(h["call"], "MPI_Recv");
 }
+
+/// The ranks of a knot report, each with what it waits for (`None`: any of
+/// several), its call and the ranks it waits for (`of`, for any of several).
+fn knot_hops(v: &serde_json::Value) -> BTreeSet<(u64, Option<u64>, String, Vec<u64>)> {
+    assert_eq!(v["check"], "deadlock", "{v}");
+    let hops = v["knot"].as_array().expect("knot");
+    for h in hops {
+        assert_eq!(h["file"], "conformance/src/bin/deadlocks.rs", "{h}");
+        assert!(h["line"].as_u64().unwrap() > 0);
+    }
+    hops.iter()
+        .map(|h| {
+            let of = h["of"].as_array().map_or(Vec::new(), |a| {
+                a.iter().map(|r| r.as_u64().unwrap()).collect()
+            });
+            (
+                h["rank"].as_u64().unwrap(),
+                h["waits_for"].as_u64(),
+                h["call"].as_str().unwrap().to_string(),
+                of,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn wait_any_and_wait_some_that_can_never_complete_are_a_knot() {
+    let (code, secs, lines) = run("waitany", 3, &[]);
+    assert_ne!(code, 0, "the job must end with an error");
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            knot_hops(l),
+            set(&[
+                (0, None, "MPI_Waitany".to_string(), vec![1, 2]),
+                (1, Some(0), "MPI_Recv".to_string(), vec![]),
+                (2, None, "MPI_Waitsome".to_string(), vec![0, 1]),
+            ])
+        );
+    }
+}
+
+#[test]
+fn a_wait_any_for_computing_ranks_is_no_deadlock() {
+    let (code, _, lines) = run("waitany-late", 3, &[]);
+    assert_eq!(code, 0);
+    assert!(lines.is_empty(), "{lines:?}");
+}
+
+#[test]
+fn blocking_probes_are_followed_like_receives() {
+    let (code, secs, lines) = run("probe-probe", 2, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            cycle(l),
+            (set(&[(0, 1), (1, 0)]), set(&["MPI_Probe".to_string()]))
+        );
+    }
+    let (code, secs, lines) = run("probe-any", 2, &[]);
+    assert_ne!(code, 0);
+    assert!(secs < 15.0, "reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "no report");
+    for l in &lines {
+        assert_eq!(
+            knot_hops(l),
+            set(&[
+                (0, None, "MPI_Probe".to_string(), vec![1]),
+                (1, Some(0), "MPI_Recv".to_string(), vec![]),
+            ])
+        );
+    }
+}

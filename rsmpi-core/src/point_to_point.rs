@@ -547,6 +547,12 @@ fn probe(comm: &SimpleCommunicator, src: Option<Rank>, tag: Option<Tag>) -> Resu
             return Ok(s);
         }
         backoff.idle();
+        if tools::checking() {
+            // the deadlock detector follows a blocking probe like a receive
+            if let Some(source) = source(comm, src)? {
+                crate::check::deadlock::probing(comm.ctx, source);
+            }
+        }
     }
 }
 
@@ -600,6 +606,12 @@ fn mprobe(
             return Ok(m);
         }
         backoff.idle();
+        if tools::checking() {
+            // the deadlock detector follows a blocking probe like a receive
+            if let Some(source) = source(comm, src)? {
+                crate::check::deadlock::probing(comm.ctx, source);
+            }
+        }
     }
 }
 

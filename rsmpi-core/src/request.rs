@@ -478,6 +478,14 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         self.requests.is_empty()
     }
 
+    /// Tells the deadlock detector that `wait_any` / `wait_some` waits for any of
+    /// the requests still pending.
+    fn waiting(&self) {
+        if crate::tools::checking() {
+            waiting_any(self.requests.iter().flatten().map(|r| r.pending.key));
+        }
+    }
+
     fn take_done(&mut self, i: usize) -> Option<(usize, Status, &'a D)> {
         let key = self.requests[i].as_ref()?.pending.key;
         let d = progress::with(|s| s.done.remove(&key))?;
@@ -506,6 +514,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
                     return Some(x);
                 }
                 backoff.idle();
+                self.waiting();
             }
             None
         })
@@ -535,6 +544,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
                     return;
                 }
                 backoff.idle();
+                self.waiting();
             }
         })
     }
@@ -605,6 +615,9 @@ pub fn wait_any<'a, D: ?Sized, S>(
                 return Some((i, st));
             }
             backoff.idle();
+            if crate::tools::checking() {
+                waiting_any(requests.iter().map(|r| r.pending.key));
+            }
         }
     })
 }
@@ -619,6 +632,11 @@ fn poll_one<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>], i: usize) -> O
         r.complete_status(d)
             .unwrap_or_else(|e| crate::topology::fail("wait", e)),
     )
+}
+
+/// Tells the deadlock detector that a wait waits for any of the requests `keys`.
+fn waiting_any(keys: impl Iterator<Item = Key>) {
+    crate::check::deadlock::waiting_any(keys.collect());
 }
 
 fn progress_once() -> bool {
@@ -664,7 +682,12 @@ pub fn wait_any_of<D: ?Sized, S>(
             match test_any(reqs) {
                 TestAny::Inactive => return None,
                 TestAny::Completed(i, st) => return Some((i, st)),
-                TestAny::Pending => backoff.idle(),
+                TestAny::Pending => {
+                    backoff.idle();
+                    if crate::tools::checking() {
+                        waiting_any(reqs.iter().flatten().map(|r| r.pending.key));
+                    }
+                }
             }
         }
     })
@@ -696,6 +719,9 @@ pub fn wait_some<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<(u
                 return got;
             }
             backoff.idle();
+            if crate::tools::checking() {
+                waiting_any(reqs.iter().flatten().map(|r| r.pending.key));
+            }
         }
     })
 }

@@ -19,10 +19,20 @@
 //!   compute for 1.5 s before they send: no deadlock.
 //! * `late` (2 ranks): rank 1 computes for 3 s before it sends; rank 0 waits in its
 //!   receive: no deadlock, a hang report.
+//! * `waitany` (3 ranks): rank 0 waits in `wait_any` for receives from ranks 1 and 2,
+//!   rank 1 receives from rank 0, rank 2 waits in `wait_some` for receives from ranks
+//!   0 and 1: a knot.
+//! * `waitany-late` (3 ranks): rank 0 waits in `wait_any` for receives from ranks 1
+//!   and 2, which compute for 1.5 s before they send: no deadlock.
+//! * `probe-probe` (2 ranks): each rank probes for the other's message before it
+//!   sends: the cycle 0 → 1 → 0 in `MPI_Probe`.
+//! * `probe-any` (2 ranks): rank 0 probes for a message from any rank, rank 1
+//!   receives from rank 0: a knot.
 //!
 //! The helpers are `#[track_caller]`, so that reports name the lines of the cases.
 #![forbid(unsafe_code)]
 
+use rsmpi::request;
 use rsmpi::traits::*;
 use rsmpi::Rank;
 
@@ -102,6 +112,52 @@ fn main() {
             } else {
                 std::thread::sleep(std::time::Duration::from_secs(3));
                 send(&w, 0);
+            }
+        }
+        "waitany" | "waitany-late" => {
+            let (mut a, mut b) = (0u64, 0u64);
+            if me == 0 {
+                request::scope(|sc| {
+                    let mut reqs = vec![
+                        w.process_at_rank(1)
+                            .immediate_receive_into_with_tag(sc, &mut a, 1),
+                        w.process_at_rank(2)
+                            .immediate_receive_into_with_tag(sc, &mut b, 1),
+                    ];
+                    while request::wait_any(&mut reqs).is_some() {}
+                });
+                assert_eq!((a, b), (1, 2));
+            } else if case == "waitany-late" {
+                std::thread::sleep(std::time::Duration::from_millis(1500));
+                send(&w, 0);
+            } else if me == 1 {
+                recv(&w, 0);
+            } else {
+                request::scope(|sc| {
+                    let mut reqs = [
+                        Some(
+                            w.process_at_rank(0)
+                                .immediate_receive_into_with_tag(sc, &mut a, 1),
+                        ),
+                        Some(
+                            w.process_at_rank(1)
+                                .immediate_receive_into_with_tag(sc, &mut b, 1),
+                        ),
+                    ];
+                    request::wait_some(&mut reqs);
+                });
+            }
+        }
+        "probe-probe" => {
+            w.process_at_rank(left).probe_with_tag(1);
+            send(&w, right);
+            recv(&w, left);
+        }
+        "probe-any" => {
+            if me == 0 {
+                w.any_process().probe_with_tag(1);
+            } else {
+                recv(&w, 0);
             }
         }
         c => panic!("unknown case {c}"),

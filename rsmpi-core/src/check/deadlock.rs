@@ -32,8 +32,12 @@
 //! reports them all (a knot, after Chandy, Misra and Haas's OR model) and ends the
 //! job. A rank that is computing never answers, so a slow peer stops the search.
 //!
-//! Not followed: `wait_any` / `wait_some` and probes; a deadlock through those is
-//! reported as a hang.
+//! `wait_any` and `wait_some` wait for any of their requests, and so for any of the
+//! ranks those name: an OR like a wildcard receive's, searched the same way (a set of
+//! requests that all name one rank is one edge to it). A blocking probe waits like a
+//! receive from its source: one edge, or an OR over the communicator for
+//! `ANY_SOURCE`. A wait whose requests include one the detector cannot follow (a
+//! nonblocking collective's) is reported only as a hang.
 
 use std::time::{Duration, Instant};
 
@@ -86,15 +90,25 @@ struct Knot {
     first: Vec<Hop>,
 }
 
+/// What a blocked rank waits in: one request, any of several (`wait_any`,
+/// `wait_some`), or a blocking probe (on context `ctx`, from `source`, a world rank).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Key(Key),
+    AnyOf(Vec<Key>),
+    Probe { ctx: u32, source: Src },
+}
+
 #[derive(Clone, Debug)]
 struct Blocked {
-    key: Key,
+    wait: Wait,
     id: u64,
     since: Instant,
-    /// The rank waited for (`None`: none known).
+    /// The one rank waited for (`None`: none known, or any of several).
     waits_for: Option<u32>,
-    /// For a receive from any source: its communicator's context.
-    any_ctx: Option<u32>,
+    /// Waiting for any of several ranks: each a world rank (`Ok`), or every rank of
+    /// the communicator of context `Err(ctx)` (a wildcard receive or probe).
+    any_of: Option<Vec<Result<u32, u32>>>,
     call: Call,
     probed: bool,
     hang_reported: bool,
@@ -153,6 +167,57 @@ impl Deadlock {
 
     pub fn send_done(&mut self, id: SendId) {
         self.sends.remove(&id);
+    }
+
+    /// Whom the request `key` waits for: a world rank, or (`Err(ctx)`) any rank of
+    /// a communicator; `None` if the detector cannot tell.
+    fn edge(&self, key: Key) -> Option<Result<u32, u32>> {
+        match key {
+            // a receive matched by a probe has no source to follow (`u32::MAX`)
+            Key::Recv(r) => self
+                .recvs
+                .get(&r)
+                .map(|x| x.0)
+                .filter(|e| *e != Ok(u32::MAX)),
+            Key::Send(s) => self.sends.get(&s).map(|x| Ok(x.0)),
+            Key::Null(_) | Key::Coll(_) => None,
+        }
+    }
+
+    /// What a wait waits for: (the one rank, any of these, the call to name).
+    fn resolve(
+        &self,
+        wait: &Wait,
+        call: Call,
+    ) -> (Option<u32>, Option<Vec<Result<u32, u32>>>, Call) {
+        let (edges, call) = match wait {
+            Wait::Key(k) => {
+                let call = match *k {
+                    Key::Recv(r) => self.recvs.get(&r).map_or(call, |x| x.1),
+                    Key::Send(s) => self.sends.get(&s).map_or(call, |x| x.1),
+                    _ => call,
+                };
+                (self.edge(*k).map(|e| vec![e]), call)
+            }
+            Wait::AnyOf(keys) => (keys.iter().map(|k| self.edge(*k)).collect(), call),
+            Wait::Probe { ctx, source } => (
+                Some(vec![match source {
+                    Src::Rank(r) => Ok(*r),
+                    Src::Any => Err(*ctx),
+                }]),
+                call,
+            ),
+        };
+        let Some(mut edges) = edges else {
+            return (None, None, call);
+        };
+        edges.sort_unstable();
+        edges.dedup();
+        match edges[..] {
+            [] => (None, None, call),
+            [Ok(r)] => (Some(r), None, call),
+            _ => (None, Some(edges), call),
+        }
     }
 
     /// This rank's hop while blocked in `b` (`waits_for` [`ANY`] for a wildcard).
@@ -237,6 +302,25 @@ fn decode_hop(b: &[u8], at: &mut usize) -> Option<Hop> {
 #[cold]
 #[inline(never)]
 pub(crate) fn waiting(key: Key) {
+    waiting_in(Wait::Key(key));
+}
+
+/// [`waiting`] for `wait_any` / `wait_some` on the requests `keys`.
+#[cold]
+#[inline(never)]
+pub(crate) fn waiting_any(keys: Vec<Key>) {
+    waiting_in(Wait::AnyOf(keys));
+}
+
+/// [`waiting`] for a blocking probe on context `ctx` from world rank `source` (or
+/// any).
+#[cold]
+#[inline(never)]
+pub(crate) fn probing(ctx: u32, source: Src) {
+    waiting_in(Wait::Probe { ctx, source });
+}
+
+fn waiting_in(wait: Wait) {
     let Some(Some((tool, send, search, report))) = tools::with(|t| {
         if t.busy {
             return None;
@@ -244,29 +328,15 @@ pub(crate) fn waiting(key: Key) {
         let call = t.call;
         let d = t.deadlock.as_mut()?;
         let now = Instant::now();
-        if d.blocked.as_ref().is_none_or(|b| b.key != key) {
-            // a receive matched by a probe has no source to follow (`u32::MAX`)
-            let (waits_for, any_ctx) = match key {
-                Key::Recv(r) => match d.recvs.get(&r).map(|x| x.0) {
-                    Some(Ok(r)) if r != u32::MAX => (Some(r), None),
-                    Some(Err(ctx)) => (None, Some(ctx)),
-                    _ => (None, None),
-                },
-                Key::Send(s) => (d.sends.get(&s).map(|x| x.0), None),
-                _ => (None, None),
-            };
-            let call = match key {
-                Key::Recv(r) => d.recvs.get(&r).map_or(call, |x| x.1),
-                Key::Send(s) => d.sends.get(&s).map_or(call, |x| x.1),
-                _ => call,
-            };
+        if d.blocked.as_ref().is_none_or(|b| b.wait != wait) {
+            let (waits_for, any_of, call) = d.resolve(&wait, call);
             d.blocks += 1;
             d.blocked = Some(Blocked {
-                key,
+                wait,
                 id: d.blocks,
                 since: now,
                 waits_for,
-                any_ctx,
+                any_of,
                 call,
                 probed: false,
                 hang_reported: false,
@@ -287,7 +357,7 @@ pub(crate) fn waiting(key: Key) {
         if let (true, Some(w)) = (first_probe, b.waits_for) {
             send.push((w, PROBE_TAG, encode(d.me, b.id, 1, &[d.hop(&b, w)])));
         }
-        let search = (first_probe && b.any_ctx.is_some()).then_some(b.id);
+        let search = (first_probe && b.any_of.is_some()).then_some(b.id);
         Some((d.tool, send, search, hang.then_some(b)))
     }) else {
         return;
@@ -308,21 +378,31 @@ pub(crate) fn waiting(key: Key) {
     }
 }
 
-/// The world ranks a blocked rank waits for: the one it names, or every rank of the
-/// communicator of its wildcard receive but itself.
+/// The world ranks a blocked rank waits for: the one it names, or any of several
+/// (for a wildcard, every rank of the communicator but itself).
 fn waits_on(me: u32, b: &Blocked) -> Vec<u32> {
-    match (b.waits_for, b.any_ctx) {
+    match (b.waits_for, &b.any_of) {
         (Some(r), _) => vec![r],
-        (None, Some(ctx)) => progress::with(|s| {
-            let size = s.engine.size();
-            match s.groups.get(&(ctx & !crate::topology::INTERNAL)) {
-                Some(g) => g.world.clone(),
-                None => (0..size).collect(),
-            }
-        })
-        .into_iter()
-        .filter(|r| *r != me)
-        .collect(),
+        (None, Some(any_of)) => {
+            let mut ranks: Vec<u32> = progress::with(|s| {
+                let size = s.engine.size();
+                let mut ranks = Vec::new();
+                for e in any_of {
+                    match *e {
+                        Ok(r) => ranks.push(r),
+                        Err(ctx) => match s.groups.get(&(ctx & !crate::topology::INTERNAL)) {
+                            Some(g) => ranks.extend_from_slice(&g.world),
+                            None => ranks.extend(0..size),
+                        },
+                    }
+                }
+                ranks
+            });
+            ranks.retain(|r| *r != me);
+            ranks.sort_unstable();
+            ranks.dedup();
+            ranks
+        }
         _ => Vec::new(),
     }
 }
@@ -346,8 +426,8 @@ fn start_search(block: u64, round: u8) -> Vec<(u32, i32, Vec<u8>)> {
             d.knot = Some(Knot {
                 block,
                 round,
+                answers: vec![(hop, asked.clone())],
                 asked,
-                answers: vec![(hop, Vec::new())],
                 first,
             });
         }
@@ -428,13 +508,14 @@ fn take_answer(bytes: &[u8]) -> Option<Vec<(u32, i32, Vec<u8>)>> {
         if !all {
             return Some((None, Err(queries)));
         }
-        let mut hops: Vec<Hop> = k.answers.iter().map(|(h, _)| h.clone()).collect();
-        hops.sort_by_key(|h| h.rank);
+        let mut answers = k.answers.clone();
+        answers.sort_by_key(|(h, _)| h.rank);
+        let hops: Vec<Hop> = answers.iter().map(|(h, _)| h.clone()).collect();
         if round == 1 {
             k.first = hops;
             Some((Some(block), Err(queries)))
         } else if k.first == hops {
-            Some((None, Ok(hops)))
+            Some((None, Ok(answers)))
         } else {
             Some((None, Err(queries)))
         }
@@ -516,25 +597,37 @@ fn answer_probes(tool: &SimpleCommunicator) {
     }
 }
 
-/// Reports a knot (every rank reached by a wildcard waiter's search, each blocked
-/// for good) and ends the job.
-fn report_knot(hops: &[Hop]) -> ! {
-    report_deadlock("knot", "every rank these wait for is blocked too: ", hops)
+/// Reports a knot (every rank reached by a search, each blocked for good, with the
+/// ranks it waits for) and ends the job.
+fn report_knot(answers: &[(Hop, Vec<u32>)]) -> ! {
+    let hops: Vec<Hop> = answers.iter().map(|(h, _)| h.clone()).collect();
+    let of: Vec<Vec<u32>> = answers.iter().map(|(_, d)| d.clone()).collect();
+    report_deadlock(
+        "knot",
+        "every rank these wait for is blocked too: ",
+        &hops,
+        &of,
+    )
 }
 
 fn report_cycle(path: &[Hop]) -> ! {
-    report_deadlock("cycle", "", path)
+    report_deadlock("cycle", "", path, &[])
 }
 
 /// Reports the ranks of a deadlock (a `cycle` or a `knot`, the JSON key), each with
-/// its call, line and what it waits for, and ends the job.
-fn report_deadlock(key: &str, lead: &str, hops: &[Hop]) -> ! {
+/// its call, line and what it waits for (a rank waiting for any of several: the
+/// ranks `of[i]`, when known), and ends the job.
+fn report_deadlock(key: &str, lead: &str, hops: &[Hop], of: &[Vec<u32>]) -> ! {
+    let of = |i: usize| of.get(i).filter(|d| !d.is_empty());
+    let list = |d: &[u32], sep: &str| d.iter().map(u32::to_string).collect::<Vec<_>>().join(sep);
     let words: Vec<String> = hops
         .iter()
-        .map(|h| {
-            let to = match h.waits_for {
-                ANY => "any rank".to_string(),
-                r => format!("rank {r}"),
+        .enumerate()
+        .map(|(i, h)| {
+            let to = match (h.waits_for, of(i)) {
+                (ANY, Some(d)) => format!("any of ranks {}", list(d, ", ")),
+                (ANY, None) => "any rank".to_string(),
+                (r, _) => format!("rank {r}"),
             };
             format!(
                 "rank {} in {} at {}:{} waits for {to}",
@@ -544,16 +637,18 @@ fn report_deadlock(key: &str, lead: &str, hops: &[Hop]) -> ! {
         .collect();
     let json: Vec<String> = hops
         .iter()
-        .map(|h| {
+        .enumerate()
+        .map(|(i, h)| {
             format!(
                 "{{\"rank\":{},\"call\":{},\"file\":{},\"line\":{},\"waits_for\":{}}}",
                 h.rank,
                 super::json_str(&h.op),
                 super::json_str(&h.file),
                 h.line,
-                match h.waits_for {
-                    ANY => "\"any\"".to_string(),
-                    r => r.to_string(),
+                match (h.waits_for, of(i)) {
+                    (ANY, Some(d)) => format!("\"any\",\"of\":[{}]", list(d, ",")),
+                    (ANY, None) => "\"any\"".to_string(),
+                    (r, _) => r.to_string(),
                 },
             )
         })
