@@ -90,6 +90,10 @@ struct Knot {
     first: Vec<Hop>,
 }
 
+/// The ranks a rank waits for any of: each a world rank (`Ok`), or every rank of the
+/// communicator of context `Err(ctx)` (a wildcard receive or probe).
+type AnyOf = Vec<Result<u32, u32>>;
+
 /// What a blocked rank waits in: one request, any of several (`wait_any`,
 /// `wait_some`), or a blocking probe (on context `ctx`, from `source`, a world rank).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,9 +110,8 @@ struct Blocked {
     since: Instant,
     /// The one rank waited for (`None`: none known, or any of several).
     waits_for: Option<u32>,
-    /// Waiting for any of several ranks: each a world rank (`Ok`), or every rank of
-    /// the communicator of context `Err(ctx)` (a wildcard receive or probe).
-    any_of: Option<Vec<Result<u32, u32>>>,
+    /// Waiting for any of several ranks.
+    any_of: Option<AnyOf>,
     call: Call,
     probed: bool,
     hang_reported: bool,
@@ -185,11 +188,7 @@ impl Deadlock {
     }
 
     /// What a wait waits for: (the one rank, any of these, the call to name).
-    fn resolve(
-        &self,
-        wait: &Wait,
-        call: Call,
-    ) -> (Option<u32>, Option<Vec<Result<u32, u32>>>, Call) {
+    fn resolve(&self, wait: &Wait, call: Call) -> (Option<u32>, Option<AnyOf>, Call) {
         let (edges, call) = match wait {
             Wait::Key(k) => {
                 let call = match *k {
