@@ -9,6 +9,9 @@ use std::ops::{Deref, DerefMut};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct HMap<K: Eq + Hash, V>(FxHashMap<K, V>);
 
+/// The capacity an empty [`HMap`] keeps (see [`HMap::shrink_if_empty`]).
+const KEEP: usize = 1 << 16;
+
 impl<K: Eq + Hash, V> Default for HMap<K, V> {
     fn default() -> Self {
         HMap(FxHashMap::default())
@@ -16,11 +19,14 @@ impl<K: Eq + Hash, V> Default for HMap<K, V> {
 }
 
 impl<K: Eq + Hash, V> HMap<K, V> {
-    /// Frees a large table once it is empty again: after a burst (thousands of
-    /// pre-posted receives) the hot steady state would otherwise spread its few
-    /// entries over a table far larger than the L1 cache.
+    /// Frees a very large table once it is empty again. A table of up to
+    /// [`KEEP`] entries keeps its capacity: freeing it after every burst of posted
+    /// receives made the next burst grow it again from nothing (4 096 receives posted
+    /// in 0.67 ms instead of 0.34–0.40 ms, `docs/performance.md`), while an empty
+    /// table costs a lookup nothing (`OneMap` tests `is_empty` first) and a few
+    /// entries in a large one cost a cache line each, as in a small one.
     pub fn shrink_if_empty(&mut self) {
-        if self.0.is_empty() && self.0.capacity() > 256 {
+        if self.0.is_empty() && self.0.capacity() > KEEP {
             self.0.shrink_to(0);
         }
     }
