@@ -319,7 +319,7 @@ int main(int argc, char **argv) {
             double plain = pingpong(me, sbuf, rbuf, size, iters, skip, 1);
             long np = prepost_count(size);
             double lat, post;
-            preposted_loop(me, size, skip > 2 ? skip : 2, &lat, &post); /* warm-up */
+            preposted_loop(me, size, np, &lat, &post); /* warm-up: as many as timed */
             preposted_loop(me, size, np, &lat, &post);
             if (me == 0) printf("%ld %.4f %.4f %.4f\n", size, plain, lat, post);
         } else {
