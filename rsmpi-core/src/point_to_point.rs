@@ -374,6 +374,30 @@ pub(crate) fn done_pending(done: Option<progress::Done>) -> Pending {
     Pending::new(key, 0, 0, 0)
 }
 
+/// The request of a send that left at once: complete, with nothing kept for it in
+/// the library ([`Key::Sent`]) unless a check that tracks requests is on.
+#[inline(always)]
+fn sent_pending<W: tools::Mode>() -> Pending {
+    if W::ON && tools::checking() {
+        return sent_pending_tracked();
+    }
+    Pending::new(Key::Sent(0), 0, 0, 0)
+}
+
+/// [`sent_pending`] with the checks on: a unique key, in the `done` table until the
+/// request is waited for or tested.
+#[cold]
+#[inline(never)]
+fn sent_pending_tracked() -> Pending {
+    let key = progress::with(|s| {
+        s.next_null += 1;
+        let key = Key::Sent(s.next_null);
+        s.done.insert(key, progress::Done::Send(matching::SendOutcome::Sent));
+        key
+    });
+    Pending::new(key, 0, 0, 0)
+}
+
 /// Starts a send of `buf` to `rank` of `comm`.
 #[track_caller]
 pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
@@ -417,8 +441,7 @@ fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     check_tag(tag)?;
     let bytes = buf.rsmpi_send()?;
     if mode == SendMode::Standard && progress::with(|s| s.send_now(comm.ctx, dest, tag, &bytes))? {
-        let p = done_pending(Some(progress::Done::Send(matching::SendOutcome::Sent)));
-        return Ok(Request::new(p, Data::Shared(buf)));
+        return Ok(Request::new(sent_pending::<W>(), Data::Shared(buf)));
     }
     let arg = match bytes {
         Cow::Borrowed(b) => SendArg::Region(scope.rsmpi_lend(b)),

@@ -92,6 +92,10 @@ pub(crate) enum Key {
     Send(SendId),
     /// A `PROC_NULL` operation: complete from the start.
     Null(u64),
+    /// A send that left at once: complete from the start, with nothing in the
+    /// library to look up (in the `done` table only while the error checker, which
+    /// tracks every request, is on; then the number is unique, otherwise 0).
+    Sent(u64),
     /// A collective schedule.
     Coll(u64),
 }
@@ -381,6 +385,22 @@ impl State {
         &b[..len as usize]
     }
 
+    /// The result of the request `key` if it is complete, taken out of the library
+    /// (a send that left at once has nothing to take: [`Key::Sent`]).
+    #[inline(always)]
+    pub fn take_done(&mut self, key: &Key) -> Option<Done> {
+        match key {
+            Key::Sent(0) => Some(Done::Send(matching::SendOutcome::Sent)),
+            _ => self.done.remove(key),
+        }
+    }
+
+    /// Whether the request `key` is complete (its result not yet taken).
+    #[inline(always)]
+    pub fn is_done(&self, key: &Key) -> bool {
+        matches!(key, Key::Sent(0)) || self.done.contains_key(key)
+    }
+
     /// The fast path of a standard send (see [`Engine::send_now`]): if the message can
     /// leave at once with its payload, transmits it from `bytes` and returns true (the
     /// send is complete); otherwise changes nothing and returns false.
@@ -447,7 +467,7 @@ impl State {
         let _ = match key {
             Key::Recv(r) => self.engine.cancel_recv(r),
             Key::Send(x) => self.engine.cancel_send(x),
-            Key::Null(_) | Key::Coll(_) => Ok(()),
+            Key::Null(_) | Key::Sent(_) | Key::Coll(_) => Ok(()),
         };
     }
 
@@ -732,11 +752,11 @@ pub(crate) fn wait(key: Key) -> Done {
     let mut b = Backoff::new();
     loop {
         let (got, moved) = with(|s| {
-            if let Some(d) = s.done.remove(&key) {
+            if let Some(d) = s.take_done(&key) {
                 return (Some(d), true);
             }
             let moved = s.progress();
-            (s.done.remove(&key), moved)
+            (s.take_done(&key), moved)
         });
         if let Some(d) = got {
             return d;
@@ -756,7 +776,7 @@ pub(crate) fn wait(key: Key) -> Done {
 pub(crate) fn test(key: Key) -> Option<Done> {
     with(|s| {
         s.progress();
-        s.done.remove(&key)
+        s.take_done(&key)
     })
 }
 
@@ -791,7 +811,7 @@ impl RegionHost for Host {
                 .filter(|k| match k {
                     Key::Recv(r) => s.recv_dst.contains_key(r),
                     Key::Send(x) => s.send_src.contains_key(x),
-                    Key::Null(_) | Key::Coll(_) => false,
+                    Key::Null(_) | Key::Sent(_) | Key::Coll(_) => false,
                 })
                 .collect();
             let leaked = match s.tools.is_some() && !keys.is_empty() {

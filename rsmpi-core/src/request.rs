@@ -488,7 +488,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
 
     fn take_done(&mut self, i: usize) -> Option<(usize, Status, &'a D)> {
         let key = self.requests[i].as_ref()?.pending.key;
-        let d = progress::with(|s| s.done.remove(&key))?;
+        let d = progress::with(|s| s.take_done(&key))?;
         let r = self.requests[i].take().expect("active");
         let (st, data) = r.complete(d);
         let st = st.unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -576,7 +576,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
                 self.requests
                     .iter()
                     .flatten()
-                    .all(|r| s.done.contains_key(&r.pending.key))
+                    .all(|r| s.is_done(&r.pending.key))
             });
             if all {
                 for i in 0..self.requests.len() {
@@ -604,11 +604,11 @@ pub fn wait_any<'a, D: ?Sized, S>(
             let hit = progress::with(|s| {
                 requests
                     .iter()
-                    .position(|r| s.done.contains_key(&r.pending.key))
+                    .position(|r| s.is_done(&r.pending.key))
             });
             if let Some(i) = hit {
                 let r = requests.remove(i);
-                let d = progress::with(|s| s.done.remove(&r.pending.key)).expect("done");
+                let d = progress::with(|s| s.take_done(&r.pending.key)).expect("done");
                 let st = r
                     .complete_status(d)
                     .unwrap_or_else(|e| crate::topology::fail("wait", e));
@@ -626,7 +626,7 @@ pub fn wait_any<'a, D: ?Sized, S>(
 /// skipped, finished ones become `None` (`MPI_REQUEST_NULL`).
 fn poll_one<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>], i: usize) -> Option<Status> {
     let key = reqs[i].as_ref()?.pending.key;
-    let d = progress::with(|s| s.done.remove(&key))?;
+    let d = progress::with(|s| s.take_done(&key))?;
     let r = reqs[i].take().expect("active");
     Some(
         r.complete_status(d)
@@ -737,7 +737,7 @@ pub fn test_all<D: ?Sized, S>(
         let all = progress::with(|s| {
             reqs.iter()
                 .flatten()
-                .all(|r| s.done.contains_key(&r.pending.key))
+                .all(|r| s.is_done(&r.pending.key))
         });
         all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
     })

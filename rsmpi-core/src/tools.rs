@@ -215,15 +215,22 @@ pub(crate) use mpi_call;
 /// without the tools. A flag kept across one shared body, a closure around it, or two
 /// copies of an ungeneric body each cost 27–277 instructions per round
 /// (`docs/performance.md`, "Tools off").
-pub(crate) trait Mode {}
+pub(crate) trait Mode {
+    /// Whether this is the watched copy.
+    const ON: bool;
+}
 
 /// The body's copy for a call the tools watch.
 pub(crate) struct On;
 /// The body's copy for a call with no tool on.
 pub(crate) struct Off;
 
-impl Mode for On {}
-impl Mode for Off {}
+impl Mode for On {
+    const ON: bool = true;
+}
+impl Mode for Off {
+    const ON: bool = false;
+}
 
 /// Whether standard sends run as synchronous ones now (`RSMPI_CHECK_SYNC=1` with
 /// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.

@@ -183,7 +183,7 @@ impl Deadlock {
                 .map(|x| x.0)
                 .filter(|e| *e != Ok(u32::MAX)),
             Key::Send(s) => self.sends.get(&s).map(|x| Ok(x.0)),
-            Key::Null(_) | Key::Coll(_) => None,
+            Key::Null(_) | Key::Sent(_) | Key::Coll(_) => None,
         }
     }
 

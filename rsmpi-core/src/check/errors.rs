@@ -78,7 +78,7 @@ fn live(s: &progress::State, key: &Key) -> bool {
         || match key {
             Key::Recv(r) => s.recv_dst.contains_key(r),
             Key::Send(x) => s.send_src.contains_key(x),
-            Key::Null(_) | Key::Coll(_) => false,
+            Key::Null(_) | Key::Sent(_) | Key::Coll(_) => false,
         }
 }
 
