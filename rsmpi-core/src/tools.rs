@@ -202,7 +202,7 @@ pub(crate) use mpi_call;
 /// runs one of the two copies of its body, an `#[inline(always)]` function generic
 /// over its mode:
 ///
-/// ```ignore
+/// ```text
 /// if tools::is_on() {
 ///     return tools::watched(op, Location::caller(), || body::<tools::On>(args));
 /// }
