@@ -5,7 +5,10 @@ use rsmpi::traits::*;
 use std::time::Instant;
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(4096);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(4096);
     let universe = rsmpi::initialize().expect("init");
     let w = universe.world();
     let me = w.process_at_rank(w.rank());
@@ -25,7 +28,10 @@ fn main() {
             for r in reqs {
                 assert!(r.wait().is_cancelled());
             }
-            println!("round {round}: {n} posted in {post:.1} us ({:.3} us each)", post / n as f64);
+            println!(
+                "round {round}: {n} posted in {post:.1} us ({:.3} us each)",
+                post / n as f64
+            );
         });
     }
 }

@@ -392,7 +392,8 @@ fn sent_pending_tracked() -> Pending {
     let key = progress::with(|s| {
         s.next_null += 1;
         let key = Key::Sent(s.next_null);
-        s.done.insert(key, progress::Done::Send(matching::SendOutcome::Sent));
+        s.done
+            .insert(key, progress::Done::Send(matching::SendOutcome::Sent));
         key
     });
     Pending::new(key, 0, 0, 0)

@@ -601,11 +601,7 @@ pub fn wait_any<'a, D: ?Sized, S>(
         let mut backoff = progress::Backoff::new();
         loop {
             progress_once();
-            let hit = progress::with(|s| {
-                requests
-                    .iter()
-                    .position(|r| s.is_done(&r.pending.key))
-            });
+            let hit = progress::with(|s| requests.iter().position(|r| s.is_done(&r.pending.key)));
             if let Some(i) = hit {
                 let r = requests.remove(i);
                 let d = progress::with(|s| s.take_done(&r.pending.key)).expect("done");
@@ -734,11 +730,7 @@ pub fn test_all<D: ?Sized, S>(
 ) -> Option<Vec<Option<Status>>> {
     crate::tools::mpi_call!(crate::trace::format::Op::Testall, {
         progress_once();
-        let all = progress::with(|s| {
-            reqs.iter()
-                .flatten()
-                .all(|r| s.is_done(&r.pending.key))
-        });
+        let all = progress::with(|s| reqs.iter().flatten().all(|r| s.is_done(&r.pending.key)));
         all.then(|| (0..reqs.len()).map(|i| poll_one(reqs, i)).collect())
     })
 }
