@@ -65,12 +65,26 @@ fn set<T: Ord + Clone>(v: &[T]) -> BTreeSet<T> {
     v.iter().cloned().collect()
 }
 
+/// Runs a case that deadlocks: the job must end with an error within 15 s and
+/// report; every JSON line of every rank.
+fn run_deadlocked(case: &str, ranks: u32, env: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    let (code, secs, lines) = run(case, ranks, env);
+    assert_ne!(code, 0, "{case}: the job must end with an error");
+    assert!(secs < 15.0, "{case}: reported after {secs:.1} s");
+    assert!(!lines.is_empty(), "{case}: no report");
+    lines
+}
+
+/// Runs a case that does not deadlock: the job must succeed and report nothing.
+fn run_clean(case: &str, ranks: u32) {
+    let (code, _, lines) = run(case, ranks, &[]);
+    assert_eq!(code, 0, "{case}");
+    assert!(lines.is_empty(), "{case}: {lines:?}");
+}
+
 #[test]
 fn recv_recv_is_the_cycle_0_1_0_and_ends_the_job() {
-    let (code, secs, lines) = run("recv-recv", 2, &[]);
-    assert_ne!(code, 0, "the job must end with an error");
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("recv-recv", 2, &[]);
     for l in &lines {
         assert_eq!(
             cycle(l),
@@ -81,10 +95,7 @@ fn recv_recv_is_the_cycle_0_1_0_and_ends_the_job() {
 
 #[test]
 fn a_three_rank_ring_reports_its_three_edges() {
-    let (code, secs, lines) = run("ring", 3, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("ring", 3, &[]);
     for l in &lines {
         assert_eq!(cycle(l).0, set(&[(0, 2), (1, 0), (2, 1)]));
     }
@@ -92,10 +103,7 @@ fn a_three_rank_ring_reports_its_three_edges() {
 
 #[test]
 fn a_collective_against_a_receive_is_a_cycle_through_the_collective() {
-    let (code, secs, lines) = run("barrier-recv", 2, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("barrier-recv", 2, &[]);
     for l in &lines {
         assert_eq!(
             cycle(l),
@@ -107,32 +115,25 @@ fn a_collective_against_a_receive_is_a_cycle_through_the_collective() {
     }
 }
 
-/// The ranks and what each waits for (`None`: any rank) of a knot report.
+/// The ranks and what each waits for (`None`: any rank) of a knot report of ranks
+/// all in `MPI_Recv`.
 fn knot(v: &serde_json::Value) -> BTreeSet<(u64, Option<u64>)> {
-    assert_eq!(v["check"], "deadlock", "{v}");
-    let hops = v["knot"].as_array().expect("knot");
-    for h in hops {
-        assert_eq!(h["file"], "conformance/src/bin/deadlocks.rs", "{h}");
-        assert_eq!(h["call"], "MPI_Recv", "{h}");
-    }
-    hops.iter()
-        .map(|h| (h["rank"].as_u64().unwrap(), h["waits_for"].as_u64()))
+    knot_hops(v)
+        .into_iter()
+        .map(|(rank, waits_for, call, _)| {
+            assert_eq!(call, "MPI_Recv", "{v}");
+            (rank, waits_for)
+        })
         .collect()
 }
 
 #[test]
 fn wildcard_receives_that_can_never_match_are_reported_as_a_knot() {
-    let (code, secs, lines) = run("any-all", 3, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("any-all", 3, &[]);
     for l in &lines {
         assert_eq!(knot(l), set(&[(0, None), (1, None), (2, None)]));
     }
-    let (code, secs, lines) = run("any-mixed", 3, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("any-mixed", 3, &[]);
     for l in &lines {
         assert_eq!(knot(l), set(&[(0, None), (1, Some(0)), (2, Some(0))]));
     }
@@ -140,21 +141,15 @@ fn wildcard_receives_that_can_never_match_are_reported_as_a_knot() {
 
 #[test]
 fn a_wildcard_receive_waiting_for_computing_ranks_is_no_deadlock() {
-    let (code, _, lines) = run("any-late", 3, &[]);
-    assert_eq!(code, 0);
-    assert!(lines.is_empty(), "{lines:?}");
+    run_clean("any-late", 3);
 }
 
 #[test]
 fn buffered_sends_are_a_potential_deadlock_found_by_synchronous_sends() {
     // MPI may buffer the small sends: the program runs, and nothing is reported
-    let (code, _, lines) = run("send-send", 2, &[]);
-    assert_eq!((code, lines.len()), (0, 0));
+    run_clean("send-send", 2);
     // run synchronous, it deadlocks, and the cycle is reported
-    let (code, secs, lines) = run("send-send", 2, &[("RSMPI_CHECK_SYNC", "1")]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0);
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("send-send", 2, &[("RSMPI_CHECK_SYNC", "1")]);
     for l in &lines {
         assert_eq!(
             cycle(l),
@@ -166,9 +161,7 @@ fn buffered_sends_are_a_potential_deadlock_found_by_synchronous_sends() {
 #[test]
 fn correct_programs_report_nothing() {
     for case in ["ordered", "send-send"] {
-        let (code, _, lines) = run(case, 2, &[]);
-        assert_eq!(code, 0, "{case}");
-        assert!(lines.is_empty(), "{case}: {lines:?}");
+        run_clean(case, 2);
     }
 }
 
@@ -212,10 +205,7 @@ fn knot_hops(v: &serde_json::Value) -> BTreeSet<(u64, Option<u64>, String, Vec<u
 
 #[test]
 fn wait_any_and_wait_some_that_can_never_complete_are_a_knot() {
-    let (code, secs, lines) = run("waitany", 3, &[]);
-    assert_ne!(code, 0, "the job must end with an error");
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("waitany", 3, &[]);
     for l in &lines {
         assert_eq!(
             knot_hops(l),
@@ -230,27 +220,19 @@ fn wait_any_and_wait_some_that_can_never_complete_are_a_knot() {
 
 #[test]
 fn a_wait_any_for_computing_ranks_is_no_deadlock() {
-    let (code, _, lines) = run("waitany-late", 3, &[]);
-    assert_eq!(code, 0);
-    assert!(lines.is_empty(), "{lines:?}");
+    run_clean("waitany-late", 3);
 }
 
 #[test]
 fn blocking_probes_are_followed_like_receives() {
-    let (code, secs, lines) = run("probe-probe", 2, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("probe-probe", 2, &[]);
     for l in &lines {
         assert_eq!(
             cycle(l),
             (set(&[(0, 1), (1, 0)]), set(&["MPI_Probe".to_string()]))
         );
     }
-    let (code, secs, lines) = run("probe-any", 2, &[]);
-    assert_ne!(code, 0);
-    assert!(secs < 15.0, "reported after {secs:.1} s");
-    assert!(!lines.is_empty(), "no report");
+    let lines = run_deadlocked("probe-any", 2, &[]);
     for l in &lines {
         assert_eq!(
             knot_hops(l),
