@@ -54,7 +54,7 @@ pub const CHUNK: usize = RECORD * 1638;
 pub(crate) struct Tracer {
     file: std::fs::File,
     /// The time source: the CPU's time-stamp counter where it is invariant,
-    /// calibrated against the monotonic clock (~10 ns a read here, against ~35 ns
+    /// calibrated against the monotonic clock (~13 ns a read here, against ~35 ns
     /// for `Instant`; `docs/tools.md`, "Cost"), and the reading at the start.
     clock: quanta::Clock,
     raw0: u64,
