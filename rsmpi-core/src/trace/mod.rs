@@ -73,10 +73,10 @@ pub(crate) struct Tracer {
     recording: bool,
     epoch: u32,
     /// Messages sent / received so far on each channel (peer, context, tag).
-    sent: HashMap<(u32, u32, i32), u64>,
-    received: HashMap<(u32, u32, i32), u64>,
+    sent: Channels,
+    received: Channels,
     /// Contexts of the receives posted while recording, until they complete.
-    recv_ctx: HashMap<RecvId, u32>,
+    recv_ctx: matching::OneMap<RecvId, u32>,
     tool: SimpleCommunicator,
     /// The last timestamp taken; whether the last record is an `Enter`; how many
     /// `Recv` records at the end of the buffer still wait for their time.
@@ -85,6 +85,35 @@ pub(crate) struct Tracer {
     unstamped: usize,
     /// Writing failed: the trace stops (and says so once).
     failed: bool,
+}
+
+/// The number of messages so far on each channel (peer, context, tag). The last
+/// channel counted is kept beside the table: a program's next message is most often
+/// on the channel of its last one (a ping-pong, a loop of sends to one peer).
+#[derive(Default)]
+struct Channels {
+    last: Option<((u32, u32, i32), u64)>,
+    rest: HashMap<(u32, u32, i32), u64>,
+}
+
+impl Channels {
+    /// The number of the next message on channel `c` (counting it).
+    fn next(&mut self, c: (u32, u32, i32)) -> u64 {
+        match &mut self.last {
+            Some((k, n)) if *k == c => {
+                *n += 1;
+                *n - 1
+            }
+            last => {
+                if let Some((k, n)) = last.take() {
+                    self.rest.insert(k, n);
+                }
+                let n = self.rest.remove(&c).unwrap_or(0);
+                *last = Some((c, n + 1));
+                n
+            }
+        }
+    }
 }
 
 impl Tracer {
@@ -229,9 +258,7 @@ impl Tracer {
         if !self.recording {
             return;
         }
-        let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
-        let seq = *n;
-        *n += 1;
+        let seq = self.sent.next((dest, ctx, tag));
         self.push(Kind::Send, 0, dest, tag, ctx, bytes, seq);
     }
 
@@ -254,9 +281,7 @@ impl Tracer {
             truncated_from,
         } = *outcome
         {
-            let n = self.received.entry((source, ctx, tag)).or_insert(0);
-            let seq = *n;
-            *n += 1;
+            let seq = self.received.next((source, ctx, tag));
             self.push(
                 Kind::Recv,
                 0,
@@ -342,9 +367,9 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         records: 0,
         recording: false,
         epoch: 0,
-        sent: HashMap::default(),
-        received: HashMap::default(),
-        recv_ctx: HashMap::default(),
+        sent: Channels::default(),
+        received: Channels::default(),
+        recv_ctx: matching::OneMap::default(),
         tool,
         last_ts: 0,
         after_enter: false,
@@ -552,4 +577,27 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
         peer.send_with_tag(&[off, half.max(1)][..], 3);
     }
     (0, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Channels;
+
+    /// Each channel is counted on its own, whichever one sits beside the table.
+    #[test]
+    fn channels_count_each_channel_apart() {
+        let mut c = Channels::default();
+        let (a, b, d) = ((1, 0, 5), (2, 0, 5), (1, 0, 6));
+        let got = [
+            c.next(a),
+            c.next(a),
+            c.next(b),
+            c.next(a),
+            c.next(b),
+            c.next(d),
+            c.next(b),
+            c.next(a),
+        ];
+        assert_eq!(got, [0, 1, 0, 2, 1, 0, 2, 3]);
+    }
 }
