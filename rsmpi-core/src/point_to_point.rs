@@ -208,11 +208,30 @@ fn send_op(mode: SendMode, immediate: bool) -> Op {
     }
 }
 
-/// A send to `rank` of `comm` is about to start and a tool watches it: the notes
-/// (race and type checks) go ahead of it (nothing for a send that will fail).
+/// A send of `buf` to `rank` of `comm` is about to start in a watched call: with a
+/// check on, its note (race and type checks) goes ahead of it.
+#[inline(always)]
+fn watch_send<B: Buffer + ?Sized>(comm: &SimpleCommunicator, rank: Rank, tag: Tag, buf: &B) {
+    if tools::checking() {
+        let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+        note_ahead(comm, rank, tag, ty);
+    }
+}
+
+/// A receive into `buf` is about to be posted in a call a tool watches: with a
+/// check on, the type check expects its type signature.
+#[inline(always)]
+fn expect_type_of<B: BufferMut + ?Sized>(buf: &B) {
+    if tools::checking() {
+        crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
+    }
+}
+
+/// The note of a send to `rank` of `comm` (of type signature `ty`) goes ahead of it
+/// (nothing for a send that will fail).
 #[cold]
 #[inline(never)]
-fn watch_send(comm: &SimpleCommunicator, rank: Rank, tag: Tag, ty: Option<TypeSig>) {
+fn note_ahead(comm: &SimpleCommunicator, rank: Rank, tag: Tag, ty: Option<TypeSig>) {
     if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
         crate::check::before_send(comm.ctx, dest, tag, ty);
     }
@@ -242,10 +261,7 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
 ) -> Result<()> {
     if tools::is_on() {
         return tools::watched(send_op(mode, false), Location::caller(), || {
-            if tools::checking() {
-                let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
-                watch_send(comm, rank, tag, ty);
-            }
+            watch_send(comm, rank, tag, buf);
             let mode = tools::send_mode(mode);
             send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode)
         });
@@ -298,9 +314,7 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
 ) -> Result<Status> {
     if tools::is_on() {
         return tools::watched(Op::Recv, Location::caller(), || {
-            if tools::checking() {
-                crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-            }
+            expect_type_of(buf);
             recv_and_wait::<tools::On, _>(comm, src, tag, buf)
         });
     }
@@ -356,8 +370,8 @@ fn source_in(
     }
 }
 
-/// A request complete from the start: a `PROC_NULL` operation (`done` = `None`) or a
-/// send that left at once. Each has its own key, so that several can be pending.
+/// A request complete from the start: a `PROC_NULL` operation (`done` = `None`).
+/// Each has its own key, so that several can be pending.
 pub(crate) fn done_pending(done: Option<progress::Done>) -> Pending {
     let done = done.unwrap_or(progress::Done::Recv(matching::RecvOutcome::Received {
         source: PROC_NULL as u32,
@@ -365,9 +379,15 @@ pub(crate) fn done_pending(done: Option<progress::Done>) -> Pending {
         len: 0,
         truncated_from: None,
     }));
+    complete_pending(Key::Null, done)
+}
+
+/// A request complete from the start, under a new key of kind `key`, with its
+/// result `done` in the `done` table.
+fn complete_pending(key: fn(u64) -> Key, done: progress::Done) -> Pending {
     let key = progress::with(|s| {
         s.next_null += 1;
-        let key = Key::Null(s.next_null);
+        let key = key(s.next_null);
         s.done.insert(key, done);
         key
     });
@@ -389,14 +409,7 @@ fn sent_pending<W: tools::Mode>() -> Pending {
 #[cold]
 #[inline(never)]
 fn sent_pending_tracked() -> Pending {
-    let key = progress::with(|s| {
-        s.next_null += 1;
-        let key = Key::Sent(s.next_null);
-        s.done
-            .insert(key, progress::Done::Send(matching::SendOutcome::Sent));
-        key
-    });
-    Pending::new(key, 0, 0, 0)
+    complete_pending(Key::Sent, progress::Done::Send(matching::SendOutcome::Sent))
 }
 
 /// Starts a send of `buf` to `rank` of `comm`.
@@ -411,10 +424,7 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
         return tools::watched(send_op(mode, true), Location::caller(), || {
-            if tools::checking() {
-                let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
-                watch_send(comm, rank, tag, ty);
-            }
+            watch_send(comm, rank, tag, buf);
             let mode = tools::send_mode(mode);
             let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
             if let (Ok(r), true) = (&r, tools::checking()) {
@@ -466,9 +476,7 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
         return tools::watched(Op::Irecv, Location::caller(), || {
-            if tools::checking() {
-                crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-            }
+            expect_type_of(buf);
             let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
             if let (Ok(r), true) = (&r, tools::checking()) {
                 crate::check::request_started(r.pending.key);
@@ -1210,9 +1218,7 @@ impl Message {
         buf: &'a mut B,
     ) -> Request<'a, B, Sc> {
         let _t = tools::call(Op::Mrecv);
-        if tools::checking() {
-            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-        }
+        expect_type_of(buf);
         let Some(id) = self.id else {
             return Request::new(done_pending(None), Data::Shared(buf));
         };
@@ -1253,9 +1259,7 @@ impl Message {
     #[track_caller]
     pub fn try_receive_into<B: BufferMut + ?Sized>(self, buf: &mut B) -> Result<Status> {
         let _t = tools::call(Op::Mrecv);
-        if tools::checking() {
-            crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-        }
+        expect_type_of(buf);
         let Some(id) = self.id else {
             return Ok(Status::proc_null());
         };
