@@ -625,6 +625,26 @@ fn improbe_once(
     Ok(found.map(|(m, st, _)| (m, st)))
 }
 
+/// Receives a message from `src` with `tag` on `comm` if one has already arrived,
+/// without polling for more: the race checker's batches of notes, which the user's
+/// calls' progress delivers into the unexpected queue, are fetched this way so that
+/// looking for them never moves a user message.
+pub(crate) fn arrived_vec(comm: &SimpleCommunicator, src: Rank, tag: Tag) -> Option<Vec<u8>> {
+    let ctx = comm.ctx;
+    let (src, tag) = (source(comm, Some(src)).ok()??, tagsel(Some(tag)).ok()?);
+    let (msg, st) = progress::with(|s| {
+        let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+        let st = Status {
+            source: s.comm_rank(ctx, env.source),
+            tag: env.tag,
+            len: env.len,
+            cancelled: false,
+        };
+        Some((Message { id: Some(id), ctx }, st))
+    })?;
+    msg.receive_vec(st).ok().map(|(v, _)| v)
+}
+
 #[track_caller]
 fn mprobe(
     comm: &SimpleCommunicator,

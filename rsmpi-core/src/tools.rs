@@ -313,26 +313,35 @@ pub(crate) fn enter(op: Op, site: &'static std::panic::Location<'static>) {
 #[cold]
 #[inline(never)]
 pub(crate) fn leave(op: Op) {
-    with(|t| {
+    // what the checks have left to do, found in the same visit
+    let (flush, settle) = with(|t| {
         if let Some(n) = &mut t.notes {
             n.call_ended();
         }
         if t.busy {
-            return;
+            return (false, false);
         }
         t.depth = t.depth.saturating_sub(1);
         if let Some(t) = &mut t.trace {
             t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
         }
-    });
-    if !checking() {
-        return;
-    }
-    // notes are held back only across consecutive sends: a call that may wait for a
-    // peer (a receive, a wait, a test, a probe, a collective) lets them go first
-    if !op.is_send() {
+        match &t.notes {
+            // notes are held back only across consecutive sends: a call that may wait
+            // for a peer (a receive, a wait, a test, a probe, a collective) lets them
+            // go first; the receives completed so far are checked for races, in the
+            // order they matched, once enough are waiting
+            Some(n) => (
+                !op.is_send() && n.holds_notes(),
+                t.depth == 0 && n.settle_due(),
+            ),
+            None => (false, false),
+        }
+    })
+    .unwrap_or((false, false));
+    if flush {
         crate::check::idle();
     }
-    // the receives this call completed, checked for races in the order they matched
-    crate::check::settle();
+    if settle {
+        crate::check::settle();
+    }
 }
