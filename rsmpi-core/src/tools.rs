@@ -11,6 +11,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use rustc_hash::FxHashMap as HashMap;
+
 use matching::{RecvId, RecvOutcome, SendId, Source, TagSel};
 
 use crate::check::deadlock::Deadlock;
@@ -119,6 +121,48 @@ impl Tools {
         }
         if let Some(d) = &mut self.deadlock {
             d.received(id);
+        }
+    }
+}
+
+/// The number of messages so far on each channel (peer, context, tag), for the
+/// tracer's per-pair sequence numbers and the race checker's notes. Each peer's last
+/// channel is kept in a slot of its own (by the peer's rank, [`SLOTS`] of them) beside
+/// the table: a program's next message with a peer is most often on the channel of its
+/// last one (a ping-pong, a loop of sends, a wildcard receive fed by a few ranks).
+#[derive(Clone, Default)]
+pub(crate) struct Channels {
+    slots: [Option<((u32, u32, i32), u64)>; SLOTS],
+    rest: HashMap<(u32, u32, i32), u64>,
+}
+
+/// Slots of [`Channels`].
+const SLOTS: usize = 8;
+
+impl Channels {
+    /// The number of messages counted so far on channel `c`.
+    pub(crate) fn count(&self, c: (u32, u32, i32)) -> u64 {
+        match self.slots[c.0 as usize % SLOTS] {
+            Some((k, n)) if k == c => n,
+            _ => self.rest.get(&c).copied().unwrap_or(0),
+        }
+    }
+
+    /// The number of the next message on channel `c` (counting it).
+    pub(crate) fn next(&mut self, c: (u32, u32, i32)) -> u64 {
+        match &mut self.slots[c.0 as usize % SLOTS] {
+            Some((k, n)) if *k == c => {
+                *n += 1;
+                *n - 1
+            }
+            slot => {
+                if let Some((k, n)) = slot.take() {
+                    self.rest.insert(k, n);
+                }
+                let n = self.rest.remove(&c).unwrap_or(0);
+                *slot = Some((c, n + 1));
+                n
+            }
         }
     }
 }
@@ -343,5 +387,34 @@ pub(crate) fn leave(op: Op) {
     }
     if settle {
         crate::check::settle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Channels;
+
+    /// Each channel is counted on its own, whichever one sits in its peer's slot.
+    #[test]
+    fn channels_count_each_channel_apart() {
+        let mut c = Channels::default();
+        // 9 shares peer 1's slot
+        let (a, b, d) = ((1, 0, 5), (9, 0, 5), (1, 0, 6));
+        let got = [
+            c.next(a),
+            c.next(a),
+            c.next(b),
+            c.next(a),
+            c.next(b),
+            c.next(d),
+            c.next(b),
+            c.next(a),
+        ];
+        assert_eq!(got, [0, 1, 0, 2, 1, 0, 2, 3]);
+        // counted so far, beside the table or in it
+        assert_eq!(
+            (c.count(a), c.count(b), c.count(d), c.count((9, 9, 9))),
+            (4, 3, 1, 0)
+        );
     }
 }

@@ -312,7 +312,7 @@ pub(crate) fn finish() {
         return;
     };
     // what the notes know: messages received per channel, receives still posted
-    let (received, mut posted) = tools::with(|t| {
+    let (received, posted) = tools::with(|t| {
         let n = t
             .notes
             .as_ref()
@@ -325,7 +325,7 @@ pub(crate) fn finish() {
         let mut o = 0;
         while let Some(entry) = decode(b, &mut o) {
             let (ctx, tag, n, call) = entry;
-            let got = received.get(&(from as u32, ctx, tag)).copied().unwrap_or(0);
+            let got = received.count((from as u32, ctx, tag));
             if n > got {
                 let lost = n - got;
                 let src = progress::with(|s| s.comm_rank(ctx, from as u32));
@@ -345,7 +345,7 @@ pub(crate) fn finish() {
             }
         }
     }
-    let mut posted: Vec<_> = posted.drain().collect();
+    let mut posted: Vec<_> = posted.iter().map(|(id, p)| (*id, p.clone())).collect();
     posted.sort_unstable_by_key(|(id, _)| id.0);
     for (id, p) in posted {
         if !progress::with(|s| s.recv_dst.contains_key(&id)) {

@@ -42,10 +42,10 @@ use std::panic::Location;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use matching::{RecvId, RecvOutcome, Source as Src, TagSel};
+use matching::{OneMap, RecvId, RecvOutcome, Source as Src, TagSel};
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::tools;
+use crate::tools::{self, Channels};
 use crate::topology::{SimpleCommunicator, INTERNAL};
 use crate::trace::format::Op;
 use crate::traits::*;
@@ -223,9 +223,11 @@ pub(crate) struct Notes {
     me: u32,
     clock: Vec<u64>,
     tool: SimpleCommunicator,
-    sent: HashMap<(u32, u32, i32), u64>,
-    received: HashMap<(u32, u32, i32), u64>,
-    posted: HashMap<RecvId, Posted>,
+    /// Messages so far on each channel, sent and received.
+    sent: Channels,
+    received: Channels,
+    /// The receives posted on user communicators and not completed yet.
+    posted: OneMap<RecvId, Posted>,
     events: VecDeque<Event>,
     /// Notes received ahead of their messages, by sender.
     inbox: Vec<Inbox>,
@@ -366,9 +368,9 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         me,
         clock: vec![0; size],
         tool,
-        sent: HashMap::default(),
-        received: HashMap::default(),
-        posted: HashMap::default(),
+        sent: Channels::default(),
+        received: Channels::default(),
+        posted: OneMap::default(),
         events: VecDeque::new(),
         inbox: (0..size).map(|_| Inbox::default()).collect(),
         scratch: Vec::new(),
@@ -455,9 +457,7 @@ impl Notes {
             return;
         };
         if let RecvOutcome::Received { source, tag, .. } = *outcome {
-            let n = self.received.entry((source, posted.ctx, tag)).or_insert(0);
-            let seq = *n;
-            *n += 1;
+            let seq = self.received.next((source, posted.ctx, tag));
             self.events.push_back(Event::Recv {
                 posted,
                 src: source,
@@ -471,9 +471,7 @@ impl Notes {
     /// to the notes held for `dest`, behind its length; ticks the clock. Returns how
     /// many notes `dest` now has waiting.
     fn add_note(&mut self, ctx: u32, dest: u32, tag: i32, call: Call, ty: Option<&TypeSig>) -> u32 {
-        let n = self.sent.entry((dest, ctx, tag)).or_insert(0);
-        let seq = *n;
-        *n += 1;
+        let seq = self.sent.next((dest, ctx, tag));
         let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
         // a file named for the first time goes with its number; later notes only
         // give the number

@@ -36,14 +36,13 @@
 pub mod chrome;
 pub mod format;
 
-use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
 use format::{Kind, Op, Record, RECORD};
 use matching::{RecvId, RecvOutcome};
 
-use crate::tools;
+use crate::tools::{self, Channels};
 use crate::topology::SimpleCommunicator;
 use crate::traits::*;
 
@@ -85,35 +84,6 @@ pub(crate) struct Tracer {
     unstamped: usize,
     /// Writing failed: the trace stops (and says so once).
     failed: bool,
-}
-
-/// The number of messages so far on each channel (peer, context, tag). The last
-/// channel counted is kept beside the table: a program's next message is most often
-/// on the channel of its last one (a ping-pong, a loop of sends to one peer).
-#[derive(Default)]
-struct Channels {
-    last: Option<((u32, u32, i32), u64)>,
-    rest: HashMap<(u32, u32, i32), u64>,
-}
-
-impl Channels {
-    /// The number of the next message on channel `c` (counting it).
-    fn next(&mut self, c: (u32, u32, i32)) -> u64 {
-        match &mut self.last {
-            Some((k, n)) if *k == c => {
-                *n += 1;
-                *n - 1
-            }
-            last => {
-                if let Some((k, n)) = last.take() {
-                    self.rest.insert(k, n);
-                }
-                let n = self.rest.remove(&c).unwrap_or(0);
-                *last = Some((c, n + 1));
-                n
-            }
-        }
-    }
 }
 
 impl Tracer {
@@ -577,27 +547,4 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
         peer.send_with_tag(&[off, half.max(1)][..], 3);
     }
     (0, 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Channels;
-
-    /// Each channel is counted on its own, whichever one sits beside the table.
-    #[test]
-    fn channels_count_each_channel_apart() {
-        let mut c = Channels::default();
-        let (a, b, d) = ((1, 0, 5), (2, 0, 5), (1, 0, 6));
-        let got = [
-            c.next(a),
-            c.next(a),
-            c.next(b),
-            c.next(a),
-            c.next(b),
-            c.next(d),
-            c.next(b),
-            c.next(a),
-        ];
-        assert_eq!(got, [0, 1, 0, 2, 1, 0, 2, 3]);
-    }
 }
