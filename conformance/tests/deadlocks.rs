@@ -243,3 +243,47 @@ fn blocking_probes_are_followed_like_receives() {
         );
     }
 }
+
+#[test]
+fn a_wait_on_a_nonblocking_collective_follows_its_schedule() {
+    // rank 0 in MPI_Wait on a nonblocking barrier, rank 1 receiving from rank 0
+    let lines = run_deadlocked("ibarrier-recv", 2, &[]);
+    for l in &lines {
+        assert_eq!(
+            cycle(l),
+            (
+                set(&[(0, 1), (1, 0)]),
+                set(&["MPI_Wait".to_string(), "MPI_Recv".to_string()])
+            )
+        );
+    }
+    // rank 0 in wait_any on two nonblocking allreduces, ranks 1 and 2 receiving from
+    // it: whichever ranks the two schedules wait for, rank 0 is in the report, in
+    // MPI_Waitany, and each other rank in it waits for rank 0
+    let lines = run_deadlocked("iallreduce-any", 3, &[]);
+    for l in &lines {
+        let hops: Vec<(u64, Option<u64>, String)> = if l.get("cycle").is_some() {
+            let hops = l["cycle"].as_array().expect("cycle");
+            hops.iter()
+                .map(|h| {
+                    let r = h["rank"].as_u64().unwrap();
+                    let call = h["call"].as_str().unwrap().to_string();
+                    (r, h["waits_for"].as_u64(), call)
+                })
+                .collect()
+        } else {
+            knot_hops(l)
+                .into_iter()
+                .map(|(r, w, c, _)| (r, w, c))
+                .collect()
+        };
+        assert!(hops.len() >= 2, "{l}");
+        for (rank, waits_for, call) in hops {
+            if rank == 0 {
+                assert_eq!(call, "MPI_Waitany", "{l}");
+            } else {
+                assert_eq!((waits_for, call.as_str()), (Some(0), "MPI_Recv"), "{l}");
+            }
+        }
+    }
+}

@@ -132,16 +132,19 @@ impl Tools {
 /// last one (a ping-pong, a loop of sends, a wildcard receive fed by a few ranks).
 #[derive(Clone, Default)]
 pub(crate) struct Channels {
-    slots: [Option<((u32, u32, i32), u64)>; SLOTS],
-    rest: HashMap<(u32, u32, i32), u64>,
+    slots: [Option<(Channel, u64)>; SLOTS],
+    rest: HashMap<Channel, u64>,
 }
+
+/// A logical channel: (peer's world rank, context, tag).
+type Channel = (u32, u32, i32);
 
 /// Slots of [`Channels`].
 const SLOTS: usize = 8;
 
 impl Channels {
     /// The number of messages counted so far on channel `c`.
-    pub(crate) fn count(&self, c: (u32, u32, i32)) -> u64 {
+    pub(crate) fn count(&self, c: Channel) -> u64 {
         match self.slots[c.0 as usize % SLOTS] {
             Some((k, n)) if k == c => n,
             _ => self.rest.get(&c).copied().unwrap_or(0),
@@ -149,7 +152,7 @@ impl Channels {
     }
 
     /// The number of the next message on channel `c` (counting it).
-    pub(crate) fn next(&mut self, c: (u32, u32, i32)) -> u64 {
+    pub(crate) fn next(&mut self, c: Channel) -> u64 {
         match &mut self.slots[c.0 as usize % SLOTS] {
             Some((k, n)) if *k == c => {
                 *n += 1;

@@ -28,10 +28,16 @@
 //!   sends: the cycle 0 → 1 → 0 in `MPI_Probe`.
 //! * `probe-any` (2 ranks): rank 0 probes for a message from any rank, rank 1
 //!   receives from rank 0: a knot.
+//! * `ibarrier-recv` (2 ranks): rank 0 starts a nonblocking barrier and waits for it,
+//!   rank 1 first receives from rank 0: 0 → 1 → 0 in `MPI_Wait` and `MPI_Recv`.
+//! * `iallreduce-any` (3 ranks): rank 0 waits in `wait_any` for two nonblocking
+//!   allreduces (on the world and on a duplicate), ranks 1 and 2 first receive from
+//!   rank 0: a knot, rank 0 waiting for any of ranks 1 and 2.
 //!
 //! The helpers are `#[track_caller]`, so that reports name the lines of the cases.
 #![forbid(unsafe_code)]
 
+use rsmpi::collective::SystemOperation;
 use rsmpi::request;
 use rsmpi::traits::*;
 use rsmpi::Rank;
@@ -158,6 +164,35 @@ fn main() {
                 w.any_process().probe_with_tag(1);
             } else {
                 recv(&w, 0);
+            }
+        }
+        "ibarrier-recv" => {
+            if me == 0 {
+                let r = w.immediate_barrier();
+                r.wait();
+                send(&w, 1);
+            } else {
+                recv(&w, 0);
+                w.barrier();
+            }
+        }
+        "iallreduce-any" => {
+            let dup = w.duplicate();
+            let (mut a, mut b, mine) = (0u64, 0u64, 1u64);
+            if me == 0 {
+                request::scope(|sc| {
+                    let mut reqs = vec![
+                        w.immediate_all_reduce_into(sc, &mine, &mut a, SystemOperation::sum()),
+                        dup.immediate_all_reduce_into(sc, &mine, &mut b, SystemOperation::sum()),
+                    ];
+                    while request::wait_any(&mut reqs).is_some() {}
+                });
+                send(&w, 1);
+                send(&w, 2);
+            } else {
+                recv(&w, 0);
+                w.all_reduce_into(&1u64, &mut a, SystemOperation::sum());
+                dup.all_reduce_into(&1u64, &mut b, SystemOperation::sum());
             }
         }
         c => panic!("unknown case {c}"),

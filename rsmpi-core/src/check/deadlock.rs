@@ -36,8 +36,10 @@
 //! ranks those name: an OR like a wildcard receive's, searched the same way (a set of
 //! requests that all name one rank is one edge to it). A blocking probe waits like a
 //! receive from its source: one edge, or an OR over the communicator for
-//! `ANY_SOURCE`. A wait whose requests include one the detector cannot follow (a
-//! nonblocking collective's) is reported only as a hang.
+//! `ANY_SOURCE`. A wait on a nonblocking collective's request waits, like a blocking
+//! collective, for the rank whose message its schedule needs next. A wait whose
+//! requests include one the detector cannot follow (a generalized request, of which
+//! rsmpi has none yet) would be reported only as a hang.
 
 use std::time::{Duration, Instant};
 
@@ -301,14 +303,31 @@ fn decode_hop(b: &[u8], at: &mut usize) -> Option<Hop> {
 #[cold]
 #[inline(never)]
 pub(crate) fn waiting(key: Key) {
-    waiting_in(Wait::Key(key));
+    match key {
+        // named as the wait it is in (`MPI_Wait`), not as the call that posted the
+        // schedule's request
+        Key::Coll(_) => waiting_in(Wait::AnyOf(vec![followed(key)])),
+        k => waiting_in(Wait::Key(k)),
+    }
+}
+
+/// The request a wait on `key` waits for: a nonblocking collective's stands for the
+/// point-to-point request its schedule waits for next, as a blocking collective's
+/// wait does.
+fn followed(key: Key) -> Key {
+    match key {
+        Key::Coll(id) => {
+            progress::with(|s| crate::collective::exec::pending_of(s, id)).unwrap_or(key)
+        }
+        k => k,
+    }
 }
 
 /// [`waiting`] for `wait_any` / `wait_some` on the requests `keys`.
 #[cold]
 #[inline(never)]
 pub(crate) fn waiting_any(keys: Vec<Key>) {
-    waiting_in(Wait::AnyOf(keys));
+    waiting_in(Wait::AnyOf(keys.into_iter().map(followed).collect()));
 }
 
 /// [`waiting`] for a blocking probe on context `ctx` from world rank `source` (or

@@ -131,6 +131,9 @@ struct Kept {
     ty: Option<TypeSig>,
 }
 
+/// A vector clock, one value per world rank.
+type Clock = Box<[u64]>;
+
 /// The notes received from one rank and not yet paired with their messages. A rank's
 /// messages are nearly always taken in the order it sent them, so its notes wait in
 /// that order, with their clocks end to end beside them: pairing one is a comparison
@@ -142,7 +145,7 @@ struct Inbox {
     /// The clocks of the notes in `fifo` (each the clock's width), from `head` on.
     clocks: Vec<u64>,
     head: usize,
-    passed: HashMap<(u32, i32, u64), (Kept, Box<[u64]>)>,
+    passed: HashMap<(u32, i32, u64), (Kept, Clock)>,
 }
 
 impl Inbox {
@@ -188,7 +191,7 @@ impl Inbox {
                 return Some(k);
             }
             // a note whose message comes later, on another channel
-            let c: Box<[u64]> = c.into();
+            let c: Clock = c.into();
             self.passed.insert((k.ctx, k.tag, k.seq), (k, c));
         }
     }

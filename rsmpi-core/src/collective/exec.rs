@@ -445,6 +445,14 @@ pub(crate) fn start(
     Key::Coll(id)
 }
 
+/// The point-to-point request the immediate collective `id` waits for next (for the
+/// deadlock detector, as a blocking collective's [`Exec::pending`]); `None` once it
+/// has finished, or while it waits for nothing.
+pub(crate) fn pending_of(s: &State, id: u64) -> Option<Key> {
+    let (_, e) = s.colls.active.iter().find(|(i, _)| *i == id)?;
+    e.pending(s)
+}
+
 /// Moves every immediate collective forward (inside `State::progress`).
 pub(crate) fn advance_all(s: &mut State) {
     let mut i = 0;
