@@ -356,6 +356,9 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         notes_init(world, set);
     }
     if set.errors {
+        types::want();
+    }
+    if set.errors {
         let e = errors::Errors::new(me, world.duplicate());
         tools::with(|t| t.errors = Some(e));
     }

@@ -13,11 +13,22 @@
 
 use std::fmt::Write;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::datatype::{Prim, Run, UserDatatype, BYTE};
 
-/// Whether the type check is on (`RSMPI_CHECK=errors`).
+/// Set once at initialisation when the type check is on.
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the type check is on (`RSMPI_CHECK=errors`): one load, so that the
+/// watched calls skip building type signatures without a visit to the tools.
 pub(crate) fn wanted() -> bool {
-    crate::tools::with(|t| t.notes.as_ref().is_some_and(|n| n.types)).unwrap_or(false)
+    WANTED.load(Ordering::Relaxed)
+}
+
+/// Turns the type check on (`check::init`).
+pub(crate) fn want() {
+    WANTED.store(true, Ordering::Relaxed);
 }
 
 /// Runs compared per message at most (the rest of a longer message is not checked).
