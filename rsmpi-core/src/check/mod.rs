@@ -13,8 +13,12 @@
 //! they were sent concurrently (neither send knew of the other's effect) over the same
 //! logical channel. Every rank keeps one vector clock. Each message of a user
 //! communicator carries its sender's clock and the send's source line, in a small note
-//! the checker sends ahead of it on a private communicator (the payload is never
-//! copied). At every receive that completes, in the order the engine matched them:
+//! the checker sends on a private communicator (the payload is never copied; notes to
+//! one rank travel in batches). The receiver pairs each note with its message by
+//! channel and number, keeping each sender's notes in the order sent (`Inbox`). For
+//! every receive that completes, in the order the engine matched them (checked once a
+//! few have gathered and their notes are here, and always before this rank's own next
+//! note leaves, so that its clock holds them):
 //!
 //! * the message from rank `s` with clock `S` races with an earlier wildcard-source
 //!   receive `r` of this rank (a receive or a probe with `ANY_SOURCE`) if `r` could
@@ -357,8 +361,6 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     }
     if set.errors {
         types::want();
-    }
-    if set.errors {
         let e = errors::Errors::new(me, world.duplicate());
         tools::with(|t| t.errors = Some(e));
     }
@@ -718,13 +720,13 @@ fn with_notes<R>(f: impl FnOnce(&mut Notes) -> R) -> Option<R> {
 /// here).
 ///
 /// With `block` (or the type check on, or [`DEFER_LIMIT`] receives waiting) it waits
-/// for the notes of every receive it holds on entry. Otherwise it stops at the first receive whose note has not arrived
-/// and keeps it, and those after it, for later: waiting for a note here would leave
-/// the user's next messages to arrive with no receive posted, so that each took the
-/// unexpected path, which cost more than the check itself. Deferring changes no
-/// result: the clock only merges what was received, in the same order, and every
-/// note this rank sends waits until its clock holds all it has received
-/// ([`before_send`]).
+/// for the notes of every receive it holds on entry. Otherwise it stops at the first
+/// receive whose note has not arrived and keeps it, and those after it, for later:
+/// waiting for a note here would leave the user's next messages to arrive with no
+/// receive posted, so that each took the unexpected path, which cost more than the
+/// check itself. Deferring changes no result: the clock only merges what was
+/// received, in the same order, and every note this rank sends waits until its clock
+/// holds all it has received ([`before_send`]).
 fn check_events(block: bool) {
     let Some((tool, block, mut owed)) = with_notes(|r| {
         let block = block || r.types || r.events.len() > DEFER_LIMIT;

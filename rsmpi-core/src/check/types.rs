@@ -12,7 +12,6 @@
 //! checked, as Rust programs send raw and packed data (`MPI_PACKED`) as bytes.
 
 use std::fmt::Write;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::datatype::{Prim, Run, UserDatatype, BYTE};
