@@ -7,7 +7,7 @@
 use crate::map::{Fifos, HMap};
 use crate::types::{Ctx, Rank, RemoteBuf, Source, Tag, TagSel, XferId};
 use crate::wire::SendFlags;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Posted receives, in posting order. Keys are post sequence numbers (= `RecvId`s).
 ///
@@ -160,17 +160,15 @@ pub(crate) struct UEntry {
 /// Unexpected messages in arrival order, with an exact-match index.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Unexpected {
-    order: BTreeMap<u64, UEntry>,
+    order: Arrivals,
     exact: Fifos<(Ctx, Rank, Tag)>,
-    next: u64,
 }
 
 impl Unexpected {
     pub fn push(&mut self, e: UEntry) -> u64 {
-        let seq = self.next;
-        self.next += 1;
-        self.exact.push((e.ctx, e.src, e.tag), seq);
-        self.order.insert(seq, e);
+        let key = (e.ctx, e.src, e.tag);
+        let seq = self.order.push(e);
+        self.exact.push(key, seq);
         seq
     }
 
@@ -179,30 +177,30 @@ impl Unexpected {
     }
 
     pub fn get_mut(&mut self, seq: u64) -> Option<&mut UEntry> {
-        self.order.get_mut(&seq)
+        self.order.get_mut(seq)
     }
 
     /// The earliest-arrived message matching a receive pattern.
     pub fn find(&self, ctx: Ctx, src: Source, tag: TagSel) -> Option<u64> {
         if let (Source::Rank(s), TagSel::Tag(t)) = (src, tag) {
             let q = self.exact.get(&(ctx, s, t))?;
-            return q.iter().copied().find(|seq| self.order.contains_key(seq));
+            return q.iter().copied().find(|seq| self.order.contains(*seq));
         }
         self.order
             .iter()
             .find(|(_, e)| e.ctx == ctx && src.matches(e.src) && tag.matches(e.tag))
-            .map(|(&s, _)| s)
+            .map(|(s, _)| s)
     }
 
     pub fn peek(&self, seq: u64) -> Option<&UEntry> {
-        self.order.get(&seq)
+        self.order.get(seq)
     }
 
     pub fn take(&mut self, seq: u64) -> Option<UEntry> {
-        let e = self.order.remove(&seq)?;
+        let e = self.order.take(seq)?;
         let key = (e.ctx, e.src, e.tag);
         let order = &self.order;
-        self.exact.head(&key, |h| order.contains_key(&h));
+        self.exact.head(&key, |h| order.contains(h));
         Some(e)
     }
 
@@ -211,7 +209,118 @@ impl Unexpected {
         self.order
             .iter()
             .find(|(_, e)| e.src == src && e.i == i)
-            .map(|(&s, _)| s)
+            .map(|(s, _)| s)
+    }
+}
+
+/// Entries numbered in arrival order: the recent ones in a window of slots indexed
+/// by number (push, lookup and take without searching or allocating, where a
+/// `BTreeMap` cost ~500 instructions a message), and the few left behind, once the
+/// window is mostly empty slots, in a map. Equality and hashing are by content, not
+/// by where an entry is kept (the model checker compares states).
+#[derive(Clone, Debug, Default)]
+struct Arrivals {
+    /// Entries older than the window.
+    behind: BTreeMap<u64, UEntry>,
+    /// The number of the window's first slot.
+    base: u64,
+    slots: VecDeque<Option<UEntry>>,
+    /// Entries in the window.
+    live: usize,
+}
+
+impl Arrivals {
+    fn push(&mut self, e: UEntry) -> u64 {
+        let seq = self.base + self.slots.len() as u64;
+        self.slots.push_back(Some(e));
+        self.live += 1;
+        seq
+    }
+
+    fn len(&self) -> usize {
+        self.behind.len() + self.live
+    }
+
+    fn slot(&self, seq: u64) -> Option<usize> {
+        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        (i < self.slots.len()).then_some(i)
+    }
+
+    fn contains(&self, seq: u64) -> bool {
+        self.get(seq).is_some()
+    }
+
+    fn get(&self, seq: u64) -> Option<&UEntry> {
+        match self.slot(seq) {
+            Some(i) => self.slots[i].as_ref(),
+            None => self.behind.get(&seq),
+        }
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut UEntry> {
+        match self.slot(seq) {
+            Some(i) => self.slots[i].as_mut(),
+            None => self.behind.get_mut(&seq),
+        }
+    }
+
+    fn take(&mut self, seq: u64) -> Option<UEntry> {
+        let Some(i) = self.slot(seq) else {
+            return self.behind.remove(&seq);
+        };
+        let e = self.slots[i].take()?;
+        self.live -= 1;
+        // the window starts at its first entry
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        // an old entry holding the window open over many empty slots moves behind it
+        while self.slots.len() > 64 + 4 * self.live {
+            if let Some(Some(old)) = self.slots.pop_front() {
+                self.behind.insert(self.base, old);
+                self.live -= 1;
+            }
+            self.base += 1;
+            while let Some(None) = self.slots.front() {
+                self.slots.pop_front();
+                self.base += 1;
+            }
+        }
+        Some(e)
+    }
+
+    /// Every entry, oldest first.
+    fn iter(&self) -> impl Iterator<Item = (u64, &UEntry)> {
+        let window = (self.base..).zip(&self.slots);
+        self.behind
+            .iter()
+            .map(|(s, e)| (*s, e))
+            .chain(window.filter_map(|(s, e)| Some((s, e.as_ref()?))))
+    }
+
+    /// The number the next entry gets.
+    fn next(&self) -> u64 {
+        self.base + self.slots.len() as u64
+    }
+}
+
+impl PartialEq for Arrivals {
+    fn eq(&self, other: &Self) -> bool {
+        self.next() == other.next() && self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Arrivals {}
+
+impl std::hash::Hash for Arrivals {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.next().hash(h);
+        self.len().hash(h);
+        for (s, e) in self.iter() {
+            s.hash(h);
+            e.hash(h);
+        }
     }
 }
 
@@ -279,5 +388,77 @@ mod tests {
         assert_eq!(u.find(0, Source::Any, TagSel::Any), Some(b));
         assert_eq!(u.find(1, Source::Any, TagSel::Any), None);
         assert_eq!(u.find_send(1, 2), Some(c));
+    }
+
+    /// An entry left behind while many others pass keeps its number, its place in the
+    /// arrival order and its lookups; the window does not grow with the others.
+    #[test]
+    fn unexpected_straggler_keeps_its_place() {
+        let mut u = Unexpected::default();
+        let e = |src, tag, i| UEntry {
+            src,
+            ctx: 0,
+            tag,
+            i,
+            len: i,
+            flags: SendFlags::default(),
+            data: UData::Eager(vec![]),
+        };
+        let old = u.push(e(1, 9, 0));
+        for i in 1..10_000 {
+            let s = u.push(e(2, 7, i));
+            assert_eq!(u.find(0, Source::Rank(2), TagSel::Tag(7)), Some(s));
+            assert_eq!(u.take(s).map(|x| x.i), Some(i));
+        }
+        assert!(u.order.slots.len() <= 64, "{} slots", u.order.slots.len());
+        assert_eq!(u.order.behind.len(), 1);
+        let a = u.push(e(2, 7, 10_000));
+        // the straggler is still first in arrival order
+        assert_eq!(u.find(0, Source::Any, TagSel::Any), Some(old));
+        assert_eq!(u.find(0, Source::Rank(1), TagSel::Tag(9)), Some(old));
+        assert_eq!(u.find_send(1, 0), Some(old));
+        u.get_mut(old).expect("there").len = 77;
+        assert_eq!(u.peek(old).map(|x| x.len), Some(77));
+        assert_eq!(u.len(), 2);
+        assert_eq!(u.take(old).map(|x| x.i), Some(0));
+        assert_eq!(u.find(0, Source::Any, TagSel::Any), Some(a));
+        assert_eq!(u.len(), 1);
+    }
+
+    /// Equal contents are equal states with equal hashes, wherever entries are kept.
+    #[test]
+    fn unexpected_equality_is_by_content() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let h = |u: &Unexpected| BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(u);
+        let e = |i| UEntry {
+            src: 1,
+            ctx: 0,
+            tag: 7,
+            i,
+            len: 0,
+            flags: SendFlags::default(),
+            data: UData::Eager(vec![]),
+        };
+        let (mut a, mut b) = (Unexpected::default(), Unexpected::default());
+        for i in 0..200 {
+            a.push(e(i));
+            b.push(e(i));
+        }
+        // `a` takes all but the first, so that the first moves behind its window
+        for s in 1..200 {
+            a.take(s);
+        }
+        assert_eq!(a.order.behind.len(), 1);
+        // `b` holds the same entries with them all in its window
+        for s in 1..200 {
+            b.order.slots[s as usize] = None;
+        }
+        b.order.live = 1;
+        b.order.slots.truncate(1);
+        b.order.slots.extend((1..200).map(|_| None));
+        assert_eq!(a, b);
+        assert_eq!(h(&a), h(&b));
+        b.push(e(200));
+        assert_ne!(a, b);
     }
 }
