@@ -328,6 +328,19 @@ impl std::hash::Hash for Arrivals {
 mod tests {
     use super::*;
 
+    /// An unexpected eager message from `src` with `tag`, the sender's request `i`.
+    fn entry(src: Rank, tag: Tag, i: u64) -> UEntry {
+        UEntry {
+            src,
+            ctx: 0,
+            tag,
+            i,
+            len: i,
+            flags: SendFlags::default(),
+            data: UData::Eager(vec![]),
+        }
+    }
+
     #[test]
     fn posted_order_across_buckets() {
         let mut p = Posted::default();
@@ -369,18 +382,9 @@ mod tests {
     #[test]
     fn unexpected_order() {
         let mut u = Unexpected::default();
-        let e = |src, tag, i| UEntry {
-            src,
-            ctx: 0,
-            tag,
-            i,
-            len: 0,
-            flags: SendFlags::default(),
-            data: UData::Eager(vec![]),
-        };
-        let a = u.push(e(1, 7, 1));
-        let b = u.push(e(2, 7, 1));
-        let c = u.push(e(1, 7, 2));
+        let a = u.push(entry(1, 7, 1));
+        let b = u.push(entry(2, 7, 1));
+        let c = u.push(entry(1, 7, 2));
         assert_eq!(u.find(0, Source::Any, TagSel::Tag(7)), Some(a));
         assert_eq!(u.find(0, Source::Rank(1), TagSel::Tag(7)), Some(a));
         u.take(a);
@@ -395,24 +399,15 @@ mod tests {
     #[test]
     fn unexpected_straggler_keeps_its_place() {
         let mut u = Unexpected::default();
-        let e = |src, tag, i| UEntry {
-            src,
-            ctx: 0,
-            tag,
-            i,
-            len: i,
-            flags: SendFlags::default(),
-            data: UData::Eager(vec![]),
-        };
-        let old = u.push(e(1, 9, 0));
+        let old = u.push(entry(1, 9, 0));
         for i in 1..10_000 {
-            let s = u.push(e(2, 7, i));
+            let s = u.push(entry(2, 7, i));
             assert_eq!(u.find(0, Source::Rank(2), TagSel::Tag(7)), Some(s));
             assert_eq!(u.take(s).map(|x| x.i), Some(i));
         }
         assert!(u.order.slots.len() <= 64, "{} slots", u.order.slots.len());
         assert_eq!(u.order.behind.len(), 1);
-        let a = u.push(e(2, 7, 10_000));
+        let a = u.push(entry(2, 7, 10_000));
         // the straggler is still first in arrival order
         assert_eq!(u.find(0, Source::Any, TagSel::Any), Some(old));
         assert_eq!(u.find(0, Source::Rank(1), TagSel::Tag(9)), Some(old));
@@ -430,19 +425,10 @@ mod tests {
     fn unexpected_equality_is_by_content() {
         use std::hash::{BuildHasher, BuildHasherDefault};
         let h = |u: &Unexpected| BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(u);
-        let e = |i| UEntry {
-            src: 1,
-            ctx: 0,
-            tag: 7,
-            i,
-            len: 0,
-            flags: SendFlags::default(),
-            data: UData::Eager(vec![]),
-        };
         let (mut a, mut b) = (Unexpected::default(), Unexpected::default());
         for i in 0..200 {
-            a.push(e(i));
-            b.push(e(i));
+            a.push(entry(1, 7, i));
+            b.push(entry(1, 7, i));
         }
         // `a` takes all but the first, so that the first moves behind its window
         for s in 1..200 {
@@ -458,7 +444,7 @@ mod tests {
         b.order.slots.extend((1..200).map(|_| None));
         assert_eq!(a, b);
         assert_eq!(h(&a), h(&b));
-        b.push(e(200));
+        b.push(entry(1, 7, 200));
         assert_ne!(a, b);
     }
 }

@@ -610,14 +610,7 @@ fn improbe_once(
     };
     let found = progress::with(|s| {
         s.progress();
-        let (id, env) = s.engine.mprobe(src, tag, ctx)?;
-        let st = Status {
-            source: s.comm_rank(ctx, env.source),
-            tag: env.tag,
-            len: env.len,
-            cancelled: false,
-        };
-        Some((Message { id: Some(id), ctx }, st, env.source))
+        take_arrived(s, ctx, src, tag)
     });
     if let (Some((_, st, world)), true) = (&found, tools::checking()) {
         crate::check::probed(ctx, src, tag, *world, st.tag);
@@ -632,17 +625,27 @@ fn improbe_once(
 pub(crate) fn arrived_vec(comm: &SimpleCommunicator, src: Rank, tag: Tag) -> Option<Vec<u8>> {
     let ctx = comm.ctx;
     let (src, tag) = (source(comm, Some(src)).ok()??, tagsel(Some(tag)).ok()?);
-    let (msg, st) = progress::with(|s| {
-        let (id, env) = s.engine.mprobe(src, tag, ctx)?;
-        let st = Status {
-            source: s.comm_rank(ctx, env.source),
-            tag: env.tag,
-            len: env.len,
-            cancelled: false,
-        };
-        Some((Message { id: Some(id), ctx }, st))
-    })?;
+    let (msg, st, _) = progress::with(|s| take_arrived(s, ctx, src, tag))?;
     msg.receive_vec(st).ok().map(|(v, _)| v)
+}
+
+/// Takes a message matching (`src`, `tag`) on context `ctx` that has already arrived,
+/// so that only the returned [`Message`] can receive it: its status, and its source
+/// as a world rank.
+fn take_arrived(
+    s: &mut progress::State,
+    ctx: u32,
+    src: matching::Source,
+    tag: TagSel,
+) -> Option<(Message, Status, u32)> {
+    let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+    let st = Status {
+        source: s.comm_rank(ctx, env.source),
+        tag: env.tag,
+        len: env.len,
+        cancelled: false,
+    };
+    Some((Message { id: Some(id), ctx }, st, env.source))
 }
 
 #[track_caller]
