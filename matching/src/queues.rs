@@ -215,7 +215,7 @@ impl Unexpected {
 
 /// Entries numbered in arrival order: the recent ones in a window of slots indexed
 /// by number (push, lookup and take without searching or allocating, where a
-/// `BTreeMap` cost ~500 instructions a message), and the few left behind, once the
+/// `BTreeMap` cost several hundred instructions a message), and the few left behind, once the
 /// window is mostly empty slots, in a map. Equality and hashing are by content, not
 /// by where an entry is kept (the model checker compares states).
 #[derive(Clone, Debug, Default)]
@@ -270,24 +270,27 @@ impl Arrivals {
         };
         let e = self.slots[i].take()?;
         self.live -= 1;
-        // the window starts at its first entry
-        while let Some(None) = self.slots.front() {
-            self.slots.pop_front();
-            self.base += 1;
-        }
-        // an old entry holding the window open over many empty slots moves behind it
-        while self.slots.len() > 64 + 4 * self.live {
+        self.trim();
+        Some(e)
+    }
+
+    /// Starts the window at its first entry; while it is mostly empty slots, moves
+    /// the old entries holding it open behind it.
+    fn trim(&mut self) {
+        loop {
+            while let Some(None) = self.slots.front() {
+                self.slots.pop_front();
+                self.base += 1;
+            }
+            if self.slots.len() <= 64 + 4 * self.live {
+                return;
+            }
             if let Some(Some(old)) = self.slots.pop_front() {
                 self.behind.insert(self.base, old);
                 self.live -= 1;
             }
             self.base += 1;
-            while let Some(None) = self.slots.front() {
-                self.slots.pop_front();
-                self.base += 1;
-            }
         }
-        Some(e)
     }
 
     /// Every entry, oldest first.
