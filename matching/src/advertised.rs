@@ -1,7 +1,7 @@
 //! The sender's associative memory: receives a peer advertised to us, and the send
 //! requests we issued that the peer may not have seen yet (for the crossing rule).
 
-use crate::map::{Fifos, HMap};
+use crate::map::{Fifos, Window};
 use crate::types::{Ctx, RemoteBuf, Tag, TagSel};
 use std::collections::VecDeque;
 
@@ -21,7 +21,7 @@ pub(crate) struct Adv {
 /// live for ever.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct AdvTable {
-    live: HMap<u64, Adv>,
+    live: Window<u64, Adv>,
     /// Receive requests recorded so far (the last k).
     seen: u64,
     /// Queues of k; entries no longer live are dropped lazily from the front.
@@ -68,7 +68,6 @@ impl AdvTable {
     /// Marks entry k consumed; returns it if it was live.
     pub fn kill(&mut self, k: u64) -> Option<Adv> {
         let mut e = self.live.remove(&k)?;
-        self.live.shrink_if_empty();
         e.live = false;
         Some(e)
     }

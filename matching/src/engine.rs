@@ -2,7 +2,7 @@
 //! control messages, answering with [`Output`]s for the driver to carry out.
 
 use crate::advertised::{Adv, AdvTable, Crossing};
-use crate::map::{Counts, HMap, OneMap};
+use crate::map::{Counts, HMap, OneMap, Window};
 use crate::queues::{Posted, UData, UEntry, Unexpected};
 use crate::types::*;
 use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
@@ -160,13 +160,13 @@ struct Peer {
     // as receiver of this peer's messages
     recvreq_sent: u64,
     sendreq_seen: u64,
-    adv_recv: HMap<u64, RecvId>,
+    adv_recv: Window<u64, RecvId>,
     // as sender to this peer
     sendreq_sent: u64,
     recvreq_seen: u64,
     adv: AdvTable,
     crossing: Crossing,
-    waiting: HMap<u64, SendId>,
+    waiting: Window<u64, SendId>,
     // adaptive advertising (as receiver of this peer's messages)
     /// Advertised receives matched by send requests in a row.
     wasted_run: u32,
@@ -656,7 +656,6 @@ impl Engine {
             };
             let adv_recv = &mut self.peers[p as usize].adv_recv;
             adv_recv.remove(&k);
-            adv_recv.shrink_if_empty();
         }
     }
 

@@ -102,5 +102,5 @@ mod types;
 pub mod wire;
 
 pub use engine::{Deliver, Engine, GetInto, Output, RecvSpec, SendSpec};
-pub use map::OneMap;
+pub use map::{Numbered, OneMap, Window};
 pub use types::*;

@@ -1,34 +1,26 @@
-//! A fast hash map whose `Hash` does not depend on insertion order, so whole engine
-//! states can be hashed and compared by the model checker.
+//! The engine's tables, each compared and hashed by content, not by insertion order
+//! or where an entry is kept, so that the model checker can compare whole engine
+//! states: [`HMap`] (a hash map), [`Sparse`] (keys reused over and over: tags,
+//! peers, contexts), [`Window`] and [`OneMap`] (numbered keys: requests, arrivals).
 
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct HMap<K: Eq + Hash, V>(FxHashMap<K, V>);
 
-/// The capacity an empty [`HMap`] keeps (see [`HMap::shrink_if_empty`]).
+/// The slots an empty [`Window`] keeps. A window of up to this many keeps its
+/// memory when it empties: freeing it after every burst of posted receives made the
+/// next burst grow it again from nothing (4 096 receives posted in 0.67 ms instead
+/// of 0.34–0.40 ms, `docs/performance.md`), while a few entries in a large window
+/// cost a cache line each, as in a small one.
 const KEEP: usize = 1 << 16;
 
 impl<K: Eq + Hash, V> Default for HMap<K, V> {
     fn default() -> Self {
         HMap(FxHashMap::default())
-    }
-}
-
-impl<K: Eq + Hash, V> HMap<K, V> {
-    /// Frees a very large table once it is empty again. A table of up to
-    /// [`KEEP`] entries keeps its capacity: freeing it after every burst of posted
-    /// receives made the next burst grow it again from nothing (4 096 receives posted
-    /// in 0.67 ms instead of 0.34–0.40 ms, `docs/performance.md`), while an empty
-    /// table costs a lookup nothing (`OneMap` tests `is_empty` first) and a few
-    /// entries in a large one cost a cache line each, as in a small one.
-    pub fn shrink_if_empty(&mut self) {
-        if self.0.is_empty() && self.0.capacity() > KEEP {
-            self.0.shrink_to(0);
-        }
     }
 }
 
@@ -227,10 +219,289 @@ impl<K: Eq + Hash + Copy + Ord, V: Vacant + Default + Hash> Hash for Sparse<K, V
     }
 }
 
-/// A map that keeps its first entry beside the hash table: while one request is
-/// pending (every blocking call, most ping-pongs) inserting, finding and removing it
-/// is a comparison instead of hashing. Equality and hashing see only the entries,
-/// not where they are kept. The engine keeps its requests in these, and so does
+/// Keys that are numbers handed out in increasing order (request ids, arrival
+/// numbers), so that a [`Window`] can keep their entries in slots indexed by number.
+/// Two keys of one map never share a number.
+pub trait Numbered: Copy + Eq {
+    fn number(self) -> u64;
+}
+
+impl Numbered for u64 {
+    #[inline]
+    fn number(self) -> u64 {
+        self
+    }
+}
+
+/// A map from numbered keys to values for keys that arrive mostly in increasing
+/// order and leave mostly in the same order (requests, arrivals). The recent entries
+/// sit in a window of slots indexed by number: inserting the newest key appends a
+/// slot, finding one indexes it and removing one empties it and drops the empty
+/// slots at the window's front, with no hashing. An entry left behind while many
+/// others pass (a receive that stays posted, a message received much later), or a
+/// key inserted below the window, is kept in an ordered map behind it; a key far
+/// beyond the window's end moves the window's entries there and starts a new window.
+/// Iteration is in number order; equality and hashing are by content, not by where
+/// an entry is kept (the model checker compares states).
+///
+/// ```
+/// let mut w = matching::Window::default();
+/// w.insert(7u64, "a");
+/// w.insert(8, "b");
+/// w.insert(3, "older");
+/// assert_eq!(w.remove(&7), Some("a"));
+/// assert_eq!(w.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>(), [(3, "older"), (8, "b")]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Window<K, V> {
+    /// Entries below the window, by number (every number here is below `base`).
+    behind: BTreeMap<u64, (K, V)>,
+    /// The number of the window's first slot.
+    base: u64,
+    /// The window's slots, in a ring: slot `i` of the window is `ring[(head + i) &
+    /// mask]`. A hand-made ring rather than a `VecDeque`, so that dropping empty slots
+    /// at the front moves nothing (a `pop_front` moves each slot out, values and all).
+    ring: Vec<Option<(K, V)>>,
+    head: usize,
+    /// Slots in the window.
+    len: usize,
+    /// Occupied slots.
+    live: usize,
+}
+
+impl<K, V> Default for Window<K, V> {
+    fn default() -> Self {
+        Window {
+            behind: BTreeMap::new(),
+            base: 0,
+            ring: Vec::new(),
+            head: 0,
+            len: 0,
+            live: 0,
+        }
+    }
+}
+
+impl<K: Numbered, V> Window<K, V> {
+    /// The window may hold this many slots for `live` entries before its oldest
+    /// entries move behind it.
+    #[inline]
+    fn span(live: usize) -> usize {
+        64 + 4 * live
+    }
+
+    /// The ring index of the window's slot `i`.
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        (self.head + i) & (self.ring.len().wrapping_sub(1))
+    }
+
+    /// The ring index of number `n`'s slot, if it is in the window.
+    #[inline]
+    fn slot(&self, n: u64) -> Option<usize> {
+        let i = usize::try_from(n.checked_sub(self.base)?).ok()?;
+        (i < self.len).then(|| self.at(i))
+    }
+
+    /// Appends a slot holding `e` to the window.
+    #[inline]
+    fn push(&mut self, e: Option<(K, V)>) {
+        if self.len == self.ring.len() {
+            self.grow();
+        }
+        let j = self.at(self.len);
+        self.ring[j] = e;
+        self.len += 1;
+    }
+
+    /// Doubles the ring, its slots in window order from index 0.
+    #[inline(never)]
+    fn grow(&mut self) {
+        let cap = (2 * self.ring.len()).max(16);
+        let mut ring: Vec<Option<(K, V)>> = Vec::with_capacity(cap);
+        for i in 0..self.len {
+            let j = self.at(i);
+            ring.push(self.ring[j].take());
+        }
+        ring.resize_with(cap, || None);
+        self.ring = ring;
+        self.head = 0;
+    }
+
+    /// Inserts `v` under `k`; the value it replaces.
+    #[inline]
+    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        let n = k.number();
+        if self.live > 0 && n == self.base + self.len as u64 {
+            // the common case: the newest key, next to the window's last
+            self.push(Some((k, v)));
+            self.live += 1;
+            return None;
+        }
+        self.insert_more(n, k, v)
+    }
+
+    #[inline(never)]
+    fn insert_more(&mut self, n: u64, k: K, v: V) -> Option<V> {
+        if let Some(j) = self.slot(n) {
+            let old = self.ring[j].replace((k, v)).map(|(_, v)| v);
+            self.live += usize::from(old.is_none());
+            return old;
+        }
+        let above_behind = || self.behind.last_key_value().is_none_or(|(b, _)| *b < n);
+        if self.live == 0 && above_behind() {
+            // an empty window starts at any key above those behind it
+            self.len = 0;
+            self.base = n;
+        } else if n < self.base {
+            return self.behind.insert(n, (k, v)).map(|(_, v)| v);
+        } else if n - (self.base + self.len as u64) > Self::span(self.live) as u64 {
+            // far beyond the window: its entries move behind, a new window starts
+            for i in 0..self.len {
+                let j = self.at(i);
+                if let Some(e) = self.ring[j].take() {
+                    self.behind.insert(self.base + i as u64, e);
+                }
+            }
+            self.live = 0;
+            self.len = 0;
+            self.base = n;
+        } else {
+            while self.base + (self.len as u64) < n {
+                self.push(None);
+            }
+        }
+        self.push(Some((k, v)));
+        self.live += 1;
+        None
+    }
+
+    #[inline]
+    pub fn get(&self, k: &K) -> Option<&V> {
+        let n = k.number();
+        match self.slot(n) {
+            Some(j) => self.ring[j].as_ref().map(|(_, v)| v),
+            None if self.behind.is_empty() => None,
+            None => self.behind.get(&n).map(|(_, v)| v),
+        }
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        let n = k.number();
+        match self.slot(n) {
+            Some(j) => self.ring[j].as_mut().map(|(_, v)| v),
+            None if self.behind.is_empty() => None,
+            None => self.behind.get_mut(&n).map(|(_, v)| v),
+        }
+    }
+
+    pub fn contains_key(&self, k: &K) -> bool {
+        self.get(k).is_some()
+    }
+
+    /// Removes and returns the value under `k`.
+    #[inline]
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        let n = k.number();
+        let Some(j) = self.slot(n) else {
+            return self.remove_behind(n);
+        };
+        let (_, v) = self.ring[j].take()?;
+        self.live -= 1;
+        if j == self.head || self.len > Self::span(self.live) {
+            self.trim();
+        }
+        Some(v)
+    }
+
+    #[inline(never)]
+    fn remove_behind(&mut self, n: u64) -> Option<V> {
+        if self.behind.is_empty() {
+            return None;
+        }
+        self.behind.remove(&n).map(|(_, v)| v)
+    }
+
+    /// Starts the window at its first entry; while it is mostly empty slots, moves
+    /// the old entries holding it open behind it.
+    fn trim(&mut self) {
+        loop {
+            while self.len > 0 && self.ring[self.head].is_none() {
+                self.head = self.at(1);
+                self.len -= 1;
+                self.base += 1;
+            }
+            if self.len <= Self::span(self.live) {
+                break;
+            }
+            if let Some(old) = self.ring[self.head].take() {
+                self.behind.insert(self.base, old);
+                self.live -= 1;
+            }
+        }
+        if self.len == 0 && self.ring.len() > KEEP {
+            *self = Window {
+                behind: std::mem::take(&mut self.behind),
+                base: self.base,
+                ..Window::default()
+            };
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.behind.len() + self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0 && self.behind.is_empty()
+    }
+
+    /// Every entry, in number order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        let window = (0..self.len).filter_map(|i| self.ring[self.at(i)].as_ref());
+        self.behind.values().chain(window).map(|(k, v)| (k, v))
+    }
+}
+
+impl<K: Numbered, V> std::ops::Index<&K> for Window<K, V> {
+    type Output = V;
+    fn index(&self, k: &K) -> &V {
+        self.get(k).expect("key in map")
+    }
+}
+
+#[cfg(test)]
+impl<K, V> Window<K, V> {
+    /// (slots in the window, entries behind it)
+    pub(crate) fn placement(&self) -> (usize, usize) {
+        (self.len, self.behind.len())
+    }
+}
+
+impl<K: Numbered, V: PartialEq> PartialEq for Window<K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl<K: Numbered, V: Eq> Eq for Window<K, V> {}
+
+impl<K: Numbered + Hash, V: Hash> Hash for Window<K, V> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.len().hash(state);
+        for (k, v) in self.iter() {
+            k.hash(state);
+            v.hash(state);
+        }
+    }
+}
+
+/// A map of requests by number ([`Numbered`]) that keeps its first entry beside the
+/// table: while one request is pending (every blocking call, most ping-pongs)
+/// inserting, finding and removing it is a comparison. The others sit in a
+/// [`Window`], indexed by number. Equality and hashing see only the entries, not
+/// where they are kept. The engine keeps its requests in these, and so does
 /// `rsmpi-core`.
 ///
 /// ```
@@ -241,21 +512,21 @@ impl<K: Eq + Hash + Copy + Ord, V: Vacant + Default + Hash> Hash for Sparse<K, V
 /// assert_eq!((m.len(), m.get(&9)), (1, Some(&"second")));
 /// ```
 #[derive(Clone, Debug)]
-pub struct OneMap<K: Eq + Hash, V> {
+pub struct OneMap<K, V> {
     one: Option<(K, V)>,
-    rest: HMap<K, V>,
+    rest: Window<K, V>,
 }
 
-impl<K: Eq + Hash, V> Default for OneMap<K, V> {
+impl<K, V> Default for OneMap<K, V> {
     fn default() -> Self {
         OneMap {
             one: None,
-            rest: HMap::default(),
+            rest: Window::default(),
         }
     }
 }
 
-impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
+impl<K: Numbered, V> OneMap<K, V> {
     /// Inserts `v` under `k`; the value it replaces.
     #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
@@ -272,7 +543,7 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         match &mut self.one {
             Some((k1, v1)) if *k1 == k => Some(std::mem::replace(v1, v)),
             Some(_) => self.rest.insert(k, v),
-            None if self.rest.is_empty() || !self.rest.contains_key(&k) => {
+            None if !self.rest.contains_key(&k) => {
                 self.one = Some((k, v));
                 None
             }
@@ -280,6 +551,7 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         }
     }
 
+    #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
         match &self.one {
             Some((k1, v1)) if k1 == k => Some(v1),
@@ -288,6 +560,7 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match &mut self.one {
             Some((k1, v1)) if k1 == k => Some(v1),
@@ -306,19 +579,15 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
         if matches!(&self.one, Some((k1, _)) if k1 == k) {
             return self.one.take().map(|(_, v)| v);
         }
-        self.remove_more(k)
-    }
-
-    // not `inline(never)`, unlike `insert_more`: with many requests in flight (a window
-    // of 64) this is the common path, and a call per remove cost ~90 instructions per
-    // message there (rsmpi's docs/performance.md, "Tools off")
-    fn remove_more(&mut self, k: &K) -> Option<V> {
         if self.rest.is_empty() {
             return None;
         }
-        let v = self.rest.remove(k);
-        self.rest.shrink_if_empty();
-        v
+        self.remove_more(k)
+    }
+
+    #[inline(never)]
+    fn remove_more(&mut self, k: &K) -> Option<V> {
+        self.rest.remove(k)
     }
 
     pub fn len(&self) -> usize {
@@ -334,22 +603,22 @@ impl<K: Eq + Hash + Copy, V> OneMap<K, V> {
     }
 }
 
-impl<K: Eq + Hash + Copy, V> std::ops::Index<&K> for OneMap<K, V> {
+impl<K: Numbered, V> std::ops::Index<&K> for OneMap<K, V> {
     type Output = V;
     fn index(&self, k: &K) -> &V {
         self.get(k).expect("key in map")
     }
 }
 
-impl<K: Eq + Hash + Copy, V: PartialEq> PartialEq for OneMap<K, V> {
+impl<K: Numbered, V: PartialEq> PartialEq for OneMap<K, V> {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
     }
 }
 
-impl<K: Eq + Hash + Copy, V: Eq> Eq for OneMap<K, V> {}
+impl<K: Numbered, V: Eq> Eq for OneMap<K, V> {}
 
-impl<K: Eq + Hash + Copy + Ord, V: Hash> Hash for OneMap<K, V> {
+impl<K: Numbered + Hash + Ord, V: Hash> Hash for OneMap<K, V> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         let mut v: Vec<_> = self.iter().collect();
         v.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -430,5 +699,87 @@ mod tests {
         c.remove(&1);
         assert_eq!(c.insert(2, 'c'), Some('b'));
         assert_eq!((c.len(), c[&2]), (1, 'c'));
+    }
+
+    fn window_entries(w: &Window<u64, u64>) -> Vec<(u64, u64)> {
+        w.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// A `Window` behaves as a map whatever order keys come in: gaps, keys below
+    /// the window, keys far beyond it, replacing, and entries left behind.
+    #[test]
+    fn window_is_a_map() {
+        let mut w = Window::default();
+        let mut model = std::collections::BTreeMap::new();
+        // a deterministic walk: mostly increasing keys, removals mostly oldest first,
+        // a few that stay for ever, a few far jumps and keys below the window
+        let mut x: u64 = 12345;
+        let mut next = 1000u64;
+        for step in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = x >> 33;
+            match r % 10 {
+                0..=4 => {
+                    next += 1 + (r >> 8) % 3;
+                    if r.is_multiple_of(997) {
+                        next += 100_000;
+                    }
+                    assert_eq!(w.insert(next, step), model.insert(next, step));
+                }
+                5 => {
+                    let k = (r >> 4) % 1000;
+                    assert_eq!(w.insert(k, step), model.insert(k, step));
+                }
+                6..=8 => {
+                    // the oldest entry but those below 1000 (which stay)
+                    if let Some((&k, _)) = model.range(1000..).next() {
+                        assert_eq!(w.remove(&k), model.remove(&k));
+                    }
+                }
+                _ => {
+                    let k = next.saturating_sub((r >> 4) % 200);
+                    assert_eq!(w.remove(&k), model.remove(&k));
+                    assert_eq!(w.get(&(k + 1)), model.get(&(k + 1)));
+                }
+            }
+            assert_eq!(w.len(), model.len());
+        }
+        assert_eq!(
+            window_entries(&w),
+            model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()
+        );
+        let (slots, _) = w.placement();
+        assert!(
+            slots <= 64 + 4 * model.range(1000..).count(),
+            "{slots} slots"
+        );
+    }
+
+    /// A straggler moves behind the window instead of holding it open; equal
+    /// contents are equal, with equal hashes, wherever they are kept.
+    #[test]
+    fn window_straggler_and_equality() {
+        let (mut a, mut b) = (Window::default(), Window::default());
+        a.insert(1u64, 0u64);
+        b.insert(1u64, 0u64);
+        for k in 2..10_000 {
+            a.insert(k, k);
+            assert_eq!(a.remove(&k), Some(k));
+        }
+        assert_eq!(a.placement(), (0, 1));
+        assert_eq!(b.placement(), (1, 0));
+        assert_eq!(a, b);
+        assert_eq!(hash_of(&a), hash_of(&b));
+        // a key far beyond the window starts a new one; the old entries move behind
+        b.insert(1_000_000, 5);
+        a.insert(1_000_000, 5);
+        assert_eq!(b.placement(), (1, 1));
+        assert_eq!(a, b);
+        assert_eq!(hash_of(&a), hash_of(&b));
+        assert_eq!(window_entries(&a), [(1, 0), (1_000_000, 5)]);
+        assert_eq!(a.remove(&1), Some(0));
+        assert_ne!(a, b);
     }
 }

@@ -4,10 +4,9 @@
 //! the common case — a specific source and tag — is a hash lookup and a queue head,
 //! independent of how many entries are queued.
 
-use crate::map::{Fifos, HMap};
+use crate::map::{Fifos, Window};
 use crate::types::{Ctx, Rank, RemoteBuf, Source, Tag, TagSel, XferId};
 use crate::wire::SendFlags;
-use std::collections::{BTreeMap, VecDeque};
 
 /// Posted receives, in posting order. Keys are post sequence numbers (= `RecvId`s).
 ///
@@ -21,7 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub(crate) struct Posted {
     buckets: Fifos<(Ctx, Source, TagSel)>,
     /// Removed receives still in their bucket.
-    dead: HMap<u64, ()>,
+    dead: Window<u64, ()>,
     /// Live receives.
     len: usize,
     /// Live receives with a wildcard source or tag: while there are none, a message
@@ -69,7 +68,6 @@ impl Posted {
                 return Some(h);
             }
             q.pop_front();
-            self.dead.shrink_if_empty();
         }
         None
     }
@@ -104,7 +102,6 @@ impl Posted {
                     self.len -= 1;
                     return Some(h);
                 }
-                self.dead.shrink_if_empty();
             }
             return None;
         } else {
@@ -213,117 +210,48 @@ impl Unexpected {
     }
 }
 
-/// Entries numbered in arrival order: the recent ones in a window of slots indexed
-/// by number (push, lookup and take without searching or allocating, where a
-/// `BTreeMap` cost several hundred instructions a message), and the few left behind, once the
-/// window is mostly empty slots, in a map. Equality and hashing are by content, not
-/// by where an entry is kept (the model checker compares states).
-#[derive(Clone, Debug, Default)]
+/// Entries numbered in arrival order, in a [`Window`]: push, lookup and take index a
+/// slot (a `BTreeMap` cost several hundred instructions a message here), and the few
+/// left behind while many others pass are kept in order behind the window. Equality
+/// and hashing are by content (the model checker compares states).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct Arrivals {
-    /// Entries older than the window.
-    behind: BTreeMap<u64, UEntry>,
-    /// The number of the window's first slot.
-    base: u64,
-    slots: VecDeque<Option<UEntry>>,
-    /// Entries in the window.
-    live: usize,
+    entries: Window<u64, UEntry>,
+    /// The number the next entry gets.
+    next: u64,
 }
 
 impl Arrivals {
     fn push(&mut self, e: UEntry) -> u64 {
-        let seq = self.base + self.slots.len() as u64;
-        self.slots.push_back(Some(e));
-        self.live += 1;
+        let seq = self.next;
+        self.next += 1;
+        self.entries.insert(seq, e);
         seq
     }
 
     fn len(&self) -> usize {
-        self.behind.len() + self.live
-    }
-
-    fn slot(&self, seq: u64) -> Option<usize> {
-        let i = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        (i < self.slots.len()).then_some(i)
+        self.entries.len()
     }
 
     fn contains(&self, seq: u64) -> bool {
-        self.get(seq).is_some()
+        self.entries.contains_key(&seq)
     }
 
     fn get(&self, seq: u64) -> Option<&UEntry> {
-        match self.slot(seq) {
-            Some(i) => self.slots[i].as_ref(),
-            None => self.behind.get(&seq),
-        }
+        self.entries.get(&seq)
     }
 
     fn get_mut(&mut self, seq: u64) -> Option<&mut UEntry> {
-        match self.slot(seq) {
-            Some(i) => self.slots[i].as_mut(),
-            None => self.behind.get_mut(&seq),
-        }
+        self.entries.get_mut(&seq)
     }
 
     fn take(&mut self, seq: u64) -> Option<UEntry> {
-        let Some(i) = self.slot(seq) else {
-            return self.behind.remove(&seq);
-        };
-        let e = self.slots[i].take()?;
-        self.live -= 1;
-        self.trim();
-        Some(e)
-    }
-
-    /// Starts the window at its first entry; while it is mostly empty slots, moves
-    /// the old entries holding it open behind it.
-    fn trim(&mut self) {
-        loop {
-            while let Some(None) = self.slots.front() {
-                self.slots.pop_front();
-                self.base += 1;
-            }
-            if self.slots.len() <= 64 + 4 * self.live {
-                return;
-            }
-            if let Some(Some(old)) = self.slots.pop_front() {
-                self.behind.insert(self.base, old);
-                self.live -= 1;
-            }
-            self.base += 1;
-        }
+        self.entries.remove(&seq)
     }
 
     /// Every entry, oldest first.
     fn iter(&self) -> impl Iterator<Item = (u64, &UEntry)> {
-        let window = (self.base..).zip(&self.slots);
-        self.behind
-            .iter()
-            .map(|(s, e)| (*s, e))
-            .chain(window.filter_map(|(s, e)| Some((s, e.as_ref()?))))
-    }
-
-    /// The number the next entry gets.
-    fn next(&self) -> u64 {
-        self.base + self.slots.len() as u64
-    }
-}
-
-impl PartialEq for Arrivals {
-    fn eq(&self, other: &Self) -> bool {
-        self.next() == other.next() && self.len() == other.len() && self.iter().eq(other.iter())
-    }
-}
-
-impl Eq for Arrivals {}
-
-impl std::hash::Hash for Arrivals {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.next().hash(h);
-        self.len().hash(h);
-        for (s, e) in self.iter() {
-            s.hash(h);
-            e.hash(h);
-        }
+        self.entries.iter().map(|(s, e)| (*s, e))
     }
 }
 
@@ -408,8 +336,9 @@ mod tests {
             assert_eq!(u.find(0, Source::Rank(2), TagSel::Tag(7)), Some(s));
             assert_eq!(u.take(s).map(|x| x.i), Some(i));
         }
-        assert!(u.order.slots.len() <= 64, "{} slots", u.order.slots.len());
-        assert_eq!(u.order.behind.len(), 1);
+        let (slots, behind) = u.order.entries.placement();
+        assert!(slots <= 64, "{slots} slots");
+        assert_eq!(behind, 1);
         let a = u.push(entry(2, 7, 10_000));
         // the straggler is still first in arrival order
         assert_eq!(u.find(0, Source::Any, TagSel::Any), Some(old));
@@ -433,18 +362,14 @@ mod tests {
             a.push(entry(1, 7, i));
             b.push(entry(1, 7, i));
         }
-        // `a` takes all but the first, so that the first moves behind its window
+        // `a` takes all but the first, oldest first, so that the first moves behind
+        // its window; `b` takes them newest first, keeping it in its window longer
         for s in 1..200 {
             a.take(s);
+            b.take(200 - s);
+            assert_eq!(a == b, s == 199);
         }
-        assert_eq!(a.order.behind.len(), 1);
-        // `b` holds the same entries with them all in its window
-        for s in 1..200 {
-            b.order.slots[s as usize] = None;
-        }
-        b.order.live = 1;
-        b.order.slots.truncate(1);
-        b.order.slots.extend((1..200).map(|_| None));
+        assert_eq!(a.order.entries.placement().1, 1);
         assert_eq!(a, b);
         assert_eq!(h(&a), h(&b));
         b.push(entry(1, 7, 200));

@@ -67,6 +67,20 @@ pub struct RecvId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SendId(pub u64);
 
+impl crate::map::Numbered for RecvId {
+    #[inline]
+    fn number(self) -> u64 {
+        self.0
+    }
+}
+
+impl crate::map::Numbered for SendId {
+    #[inline]
+    fn number(self) -> u64 {
+        self.0
+    }
+}
+
 /// A message taken off the unexpected queue by a matched probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MsgId(pub u64);

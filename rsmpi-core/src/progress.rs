@@ -139,9 +139,45 @@ impl Group {
     }
 }
 
-/// Requests by id: one entry beside a hash table, so that the single request of a
-/// blocking call costs comparisons, not hashing.
+/// Requests by id: one entry beside a window of slots indexed by id
+/// ([`matching::OneMap`]), so that the single request of a blocking call costs
+/// comparisons and a window of them indexing, not hashing.
 pub(crate) type Requests<K, V> = matching::OneMap<K, V>;
+
+/// Completed requests whose results wait to be taken: the engine's requests (nearly
+/// all) by id, the others, numbered apart, hashed.
+#[derive(Default)]
+pub(crate) struct DoneTable {
+    ids: Requests<u64, Done>,
+    other: HashMap<Key, Done>,
+}
+
+impl DoneTable {
+    #[inline]
+    pub fn insert(&mut self, k: Key, d: Done) {
+        match k {
+            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.insert(n, d),
+            _ => self.other.insert(k, d),
+        };
+    }
+
+    #[inline]
+    pub fn remove(&mut self, k: &Key) -> Option<Done> {
+        match k {
+            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.remove(n),
+            _ if self.other.is_empty() => None,
+            _ => self.other.remove(k),
+        }
+    }
+
+    #[inline]
+    pub fn contains_key(&self, k: &Key) -> bool {
+        match k {
+            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.contains_key(n),
+            _ => self.other.contains_key(k),
+        }
+    }
+}
 
 pub(crate) struct State {
     pub engine: Engine,
@@ -154,7 +190,7 @@ pub(crate) struct State {
     /// The request using each lent region, so that a scope's end finds its requests
     /// without scanning all of them.
     pub by_region: ByRegion,
-    pub done: Requests<Key, Done>,
+    pub done: DoneTable,
     pub boot: Boot,
     pub next_ctx: u32,
     /// Keys of `PROC_NULL` requests.
