@@ -259,8 +259,8 @@ pub(crate) struct Notes {
     held: u32,
     /// The source files named to each destination so far, by the address of their
     /// name, with the number each destination knows them by: a note names its file
-    /// once per destination, then by number.
-    files_sent: Vec<HashMap<(usize, usize), u32>>,
+    /// once per destination, then by number. The file named last sits beside the table.
+    files_sent: Vec<(Option<((usize, usize), u32)>, HashMap<(usize, usize), u32>)>,
     /// The source files each rank has named, by their number.
     files_got: Vec<Vec<Arc<str>>>,
 }
@@ -393,7 +393,7 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         next_type: None,
         pending: vec![(Vec::new(), 0); size],
         held: 0,
-        files_sent: vec![HashMap::default(); size],
+        files_sent: vec![(None, HashMap::default()); size],
         files_got: vec![Vec::new(); size],
     };
     tools::with(|t| t.notes = Some(r));
@@ -486,28 +486,38 @@ impl Notes {
         let (id, new) = if call.site.is_none() {
             (NO_FILE, false)
         } else {
-            let known = &mut self.files_sent[dest as usize];
-            let next = known.len() as u32;
-            match known.entry((file.as_ptr() as usize, file.len())) {
-                std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
-                std::collections::hash_map::Entry::Vacant(e) => (*e.insert(next), true),
+            let key = (file.as_ptr() as usize, file.len());
+            let (last, known) = &mut self.files_sent[dest as usize];
+            match *last {
+                // most sends to one rank come from one file: no hashing
+                Some((k, id)) if k == key => (id, false),
+                _ => {
+                    let next = known.len() as u32;
+                    let (id, new) = match known.entry(key) {
+                        std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+                        std::collections::hash_map::Entry::Vacant(e) => (*e.insert(next), true),
+                    };
+                    *last = Some((key, id));
+                    (id, new)
+                }
             }
         };
         let (b, count) = &mut self.pending[dest as usize];
         let start = b.len();
-        b.extend_from_slice(&[0; 4]);
-        b.extend_from_slice(&ctx.to_le_bytes());
-        b.extend_from_slice(&tag.to_le_bytes());
-        b.extend_from_slice(&seq.to_le_bytes());
-        b.extend_from_slice(&line.to_le_bytes());
-        b.push(call.op.map_or(u8::MAX, |o| o as u8));
-        b.extend_from_slice(&id.to_le_bytes());
+        // the fixed part in one write: length (filled in below), ctx, tag, seq,
+        // line, op, file number, whether the file's name follows
+        let mut head = [0u8; 30];
+        head[4..8].copy_from_slice(&ctx.to_le_bytes());
+        head[8..12].copy_from_slice(&tag.to_le_bytes());
+        head[12..20].copy_from_slice(&seq.to_le_bytes());
+        head[20..24].copy_from_slice(&line.to_le_bytes());
+        head[24] = call.op.map_or(u8::MAX, |o| o as u8);
+        head[25..29].copy_from_slice(&id.to_le_bytes());
+        head[29] = u8::from(new);
+        b.extend_from_slice(&head);
         if new {
-            b.push(1);
             b.extend_from_slice(&(file.len() as u32).to_le_bytes());
             b.extend_from_slice(file.as_bytes());
-        } else {
-            b.push(0);
         }
         match ty.filter(|_| self.types) {
             Some(t) => {
