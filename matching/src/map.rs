@@ -590,6 +590,29 @@ impl<K: Numbered, V> OneMap<K, V> {
         self.rest.remove(k)
     }
 
+    /// Removes and returns the value under `k` if `take` says so.
+    #[inline(always)]
+    pub fn remove_if(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
+        match &self.one {
+            Some((k1, v1)) if k1 == k => {
+                if take(v1) {
+                    return self.one.take().map(|(_, v)| v);
+                }
+                None
+            }
+            _ if self.rest.is_empty() => None,
+            _ => self.remove_if_more(k, take),
+        }
+    }
+
+    #[inline(never)]
+    fn remove_if_more(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
+        match self.rest.get(k) {
+            Some(v) if take(v) => self.rest.remove(k),
+            _ => None,
+        }
+    }
+
     pub fn len(&self) -> usize {
         usize::from(self.one.is_some()) + self.rest.len()
     }

@@ -230,7 +230,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         transport: wrap_transport(t),
         transport_kind,
         regions: Default::default(),
-        recv_dst: Default::default(),
+        recvs: Default::default(),
         send_src: Default::default(),
         by_region: Default::default(),
         done: Default::default(),

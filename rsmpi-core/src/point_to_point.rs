@@ -183,7 +183,7 @@ pub(crate) fn start_recv(
     if let Some(r) = dst.region() {
         s.by_region.insert(r, Key::Recv(id));
     }
-    s.recv_dst.insert(id, dst);
+    s.recvs.insert(id, dst);
     s.run_outputs();
     Ok(Key::Recv(id))
 }
@@ -1258,7 +1258,7 @@ impl Message {
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
                 }
-                s.recv_dst.insert(r, dst);
+                s.recvs.insert(r, dst);
                 s.run_outputs();
                 Ok(Key::Recv(r))
             })
@@ -1299,7 +1299,7 @@ impl Message {
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
                 }
-                s.recv_dst.insert(r, dst);
+                s.recvs.insert(r, dst);
                 s.run_outputs();
                 Ok((Key::Recv(r), cap))
             })

@@ -144,8 +144,74 @@ impl Group {
 /// comparisons and a window of them indexing, not hashing.
 pub(crate) type Requests<K, V> = matching::OneMap<K, V>;
 
-/// Completed requests whose results wait to be taken: the engine's requests (nearly
-/// all) by id, the others, numbered apart, hashed.
+/// A receive in [`RecvTable`].
+pub(crate) enum RecvSlot {
+    /// Posted: where its message goes.
+    Pending(RecvDst),
+    /// Complete: its result, until a wait or test takes it.
+    Done(RecvOutcome),
+}
+
+/// The receives of this rank by id, each in one slot from posting until its result
+/// is taken: completing one replaces where its message goes by its result in place,
+/// instead of moving it from one table to another.
+#[derive(Default)]
+pub(crate) struct RecvTable(Requests<RecvId, RecvSlot>);
+
+impl RecvTable {
+    /// A receive posted, its message going to `dst`.
+    #[inline]
+    pub fn insert(&mut self, id: RecvId, dst: RecvDst) {
+        self.0.insert(id, RecvSlot::Pending(dst));
+    }
+
+    /// Where pending receive `id`'s message goes.
+    #[inline]
+    pub fn dst_mut(&mut self, id: RecvId) -> Option<&mut RecvDst> {
+        match self.0.get_mut(&id) {
+            Some(RecvSlot::Pending(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    pub fn is_pending(&self, id: RecvId) -> bool {
+        matches!(self.0.get(&id), Some(RecvSlot::Pending(_)))
+    }
+
+    #[inline]
+    pub fn is_done(&self, id: RecvId) -> bool {
+        matches!(self.0.get(&id), Some(RecvSlot::Done(_)))
+    }
+
+    /// Receive `id` completed with `outcome`; where its message went, if it was
+    /// pending here.
+    #[inline]
+    pub fn complete(&mut self, id: RecvId, outcome: RecvOutcome) -> Option<RecvDst> {
+        match self.0.get_mut(&id) {
+            Some(slot) => match std::mem::replace(slot, RecvSlot::Done(outcome)) {
+                RecvSlot::Pending(d) => Some(d),
+                RecvSlot::Done(_) => None,
+            },
+            None => {
+                self.0.insert(id, RecvSlot::Done(outcome));
+                None
+            }
+        }
+    }
+
+    /// The result of receive `id`, taken out, if it is complete.
+    #[inline(always)]
+    pub fn take_done(&mut self, id: RecvId) -> Option<RecvOutcome> {
+        match self.0.remove_if(&id, |s| matches!(s, RecvSlot::Done(_))) {
+            Some(RecvSlot::Done(o)) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// Completed requests other than receives ([`RecvTable`]) whose results wait to be
+/// taken: sends by id, the others, numbered apart, hashed.
 #[derive(Default)]
 pub(crate) struct DoneTable {
     ids: Requests<u64, Done>,
@@ -156,7 +222,7 @@ impl DoneTable {
     #[inline]
     pub fn insert(&mut self, k: Key, d: Done) {
         match k {
-            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.insert(n, d),
+            Key::Send(SendId(n)) => self.ids.insert(n, d),
             _ => self.other.insert(k, d),
         };
     }
@@ -164,7 +230,7 @@ impl DoneTable {
     #[inline]
     pub fn remove(&mut self, k: &Key) -> Option<Done> {
         match k {
-            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.remove(n),
+            Key::Send(SendId(n)) => self.ids.remove(n),
             _ if self.other.is_empty() => None,
             _ => self.other.remove(k),
         }
@@ -173,7 +239,7 @@ impl DoneTable {
     #[inline]
     pub fn contains_key(&self, k: &Key) -> bool {
         match k {
-            Key::Recv(RecvId(n)) | Key::Send(SendId(n)) => self.ids.contains_key(n),
+            Key::Send(SendId(n)) => self.ids.contains_key(n),
             _ => self.other.contains_key(k),
         }
     }
@@ -185,7 +251,9 @@ pub(crate) struct State {
     /// Short name of the transports in use (`Universe::transport`).
     pub transport_kind: String,
     pub regions: Regions,
-    pub recv_dst: Requests<RecvId, RecvDst>,
+    /// Receives by id: pending (with where the message goes) or complete (with
+    /// their result, until a wait or test takes it).
+    pub recvs: RecvTable,
     pub send_src: Requests<SendId, SendSrc>,
     /// The request using each lent region, so that a scope's end finds its requests
     /// without scanning all of them.
@@ -315,21 +383,21 @@ impl State {
             engine,
             transport,
             regions,
-            recv_dst,
+            recvs,
             ..
         } = self;
         let mut err = None;
         let res = transport.poll_incoming(32, &mut |from, msg| {
             let bytes = match msg {
                 Incoming::Whole(bytes) => bytes,
-                Incoming::Arriving(a) => match Self::arriving(engine, recv_dst, regions, from, a) {
+                Incoming::Arriving(a) => match Self::arriving(engine, recvs, regions, from, a) {
                     Ok(Some(bytes)) => bytes,
                     Ok(None) => return,
                     Err(e) => return err = Some(e),
                 },
             };
             match engine.handle(from, bytes) {
-                Ok(Some(d)) => match recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions)) {
+                Ok(Some(d)) => match recvs.dst_mut(d.recv).and_then(|r| r.bytes(regions)) {
                     Some(dst) => dst[..d.range.len()].copy_from_slice(&bytes[d.range]),
                     None => err = Some(format!("no buffer for receive {:?}", d.recv)),
                 },
@@ -352,7 +420,7 @@ impl State {
     #[inline(never)]
     fn arriving<'a>(
         engine: &mut Engine,
-        recv_dst: &mut Requests<RecvId, RecvDst>,
+        recvs: &mut RecvTable,
         regions: &mut Regions,
         from: Rank,
         a: &'a mut dyn Arriving,
@@ -363,7 +431,7 @@ impl State {
         let Some(d) = early else {
             return a.whole().map(Some).map_err(|e| e.to_string());
         };
-        let Some(dst) = recv_dst.get_mut(&d.recv).and_then(|r| r.bytes(regions)) else {
+        let Some(dst) = recvs.dst_mut(d.recv).and_then(|r| r.bytes(regions)) else {
             return Err(format!("no buffer for receive {:?}", d.recv));
         };
         a.copy_out(d.range.start, &mut dst[..d.range.len()])
@@ -427,6 +495,7 @@ impl State {
     pub fn take_done(&mut self, key: &Key) -> Option<Done> {
         match key {
             Key::Sent(0) => Some(Done::Send(matching::SendOutcome::Sent)),
+            Key::Recv(r) => self.recvs.take_done(*r).map(Done::Recv),
             _ => self.done.remove(key),
         }
     }
@@ -434,7 +503,11 @@ impl State {
     /// Whether the request `key` is complete (its result not yet taken).
     #[inline(always)]
     pub fn is_done(&self, key: &Key) -> bool {
-        matches!(key, Key::Sent(0)) || self.done.contains_key(key)
+        match key {
+            Key::Sent(0) => true,
+            Key::Recv(r) => self.recvs.is_done(*r),
+            _ => self.done.contains_key(key),
+        }
     }
 
     /// The fast path of a standard send (see [`Engine::send_now`]): if the message can
@@ -613,10 +686,10 @@ impl State {
                             let State {
                                 transport,
                                 regions,
-                                recv_dst,
+                                recvs,
                                 ..
                             } = self;
-                            let dst = recv_dst.get_mut(&r).and_then(|d| d.bytes(regions));
+                            let dst = recvs.dst_mut(r).and_then(|d| d.bytes(regions));
                             let Some(dst) = dst else {
                                 self.fatal("read", &"receive without buffer")
                             };
@@ -646,8 +719,8 @@ impl State {
                 }
                 Output::CopyIn { recv, data } => {
                     let dst = self
-                        .recv_dst
-                        .get_mut(&recv)
+                        .recvs
+                        .dst_mut(recv)
                         .and_then(|d| d.bytes(&mut self.regions));
                     match dst {
                         Some(dst) => dst[..data.len()].copy_from_slice(&data),
@@ -658,7 +731,7 @@ impl State {
                     if let Some(t) = self.tools.as_deref_mut() {
                         t.received(recv, &outcome);
                     }
-                    match self.recv_dst.remove(&recv) {
+                    match self.recvs.complete(recv, outcome) {
                         Some(RecvDst::Region(r)) => self.by_region.remove(&r),
                         Some(RecvDst::Slice(..)) => {}
                         Some(RecvDst::Owned(mut v)) => {
@@ -672,7 +745,6 @@ impl State {
                         None => {}
                     }
                     self.unexpose(Key::Recv(recv));
-                    self.done.insert(Key::Recv(recv), Done::Recv(outcome));
                 }
                 Output::SendDone { send, outcome } => {
                     if let Some(t) = self.tools.as_deref_mut() {
@@ -845,7 +917,7 @@ impl RegionHost for Host {
                 .iter()
                 .filter_map(|id| s.by_region.get(id).copied())
                 .filter(|k| match k {
-                    Key::Recv(r) => s.recv_dst.contains_key(r),
+                    Key::Recv(r) => s.recvs.is_pending(*r),
                     Key::Send(x) => s.send_src.contains_key(x),
                     Key::Null(_) | Key::Sent(_) | Key::Coll(_) => false,
                 })

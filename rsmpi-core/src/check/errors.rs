@@ -74,9 +74,9 @@ impl Errors {
 /// Whether the request `key` is still in the library: pending, or complete and not
 /// yet collected by a wait or test.
 fn live(s: &progress::State, key: &Key) -> bool {
-    s.done.contains_key(key)
+    s.is_done(key)
         || match key {
-            Key::Recv(r) => s.recv_dst.contains_key(r),
+            Key::Recv(r) => s.recvs.is_pending(*r),
             Key::Send(x) => s.send_src.contains_key(x),
             Key::Null(_) | Key::Sent(_) | Key::Coll(_) => false,
         }
@@ -348,7 +348,7 @@ pub(crate) fn finish() {
     let mut posted: Vec<_> = posted.iter().map(|(id, p)| (*id, p.clone())).collect();
     posted.sort_unstable_by_key(|(id, _)| id.0);
     for (id, p) in posted {
-        if !progress::with(|s| s.recv_dst.contains_key(&id)) {
+        if !progress::with(|s| s.recvs.is_pending(id)) {
             continue;
         }
         let src = match p.source {

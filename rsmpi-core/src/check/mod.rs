@@ -260,10 +260,13 @@ pub(crate) struct Notes {
     /// The source files named to each destination so far, by the address of their
     /// name, with the number each destination knows them by: a note names its file
     /// once per destination, then by number. The file named last sits beside the table.
-    files_sent: Vec<(Option<((usize, usize), u32)>, HashMap<(usize, usize), u32>)>,
+    files_sent: Vec<(Option<(FileKey, u32)>, HashMap<FileKey, u32>)>,
     /// The source files each rank has named, by their number.
     files_got: Vec<Vec<Arc<str>>>,
 }
+
+/// A source file's name, by its address and length (`Location::file`).
+type FileKey = (usize, usize);
 
 /// The file number of a note sent without a source line.
 const NO_FILE: u32 = u32::MAX;

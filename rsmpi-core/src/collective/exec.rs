@@ -368,19 +368,16 @@ impl Exec {
     /// The operation this execution waits for (the first posted one not done yet),
     /// for the deadlock detector.
     pub(crate) fn pending(&self, s: &State) -> Option<Key> {
-        self.posted
-            .iter()
-            .map(|(k, _)| *k)
-            .find(|k| !s.done.contains_key(k))
+        self.posted.iter().map(|(k, _)| *k).find(|k| !s.is_done(k))
     }
 
     /// Completes the posted operations if all are done; false while some are pending.
     fn fence(&mut self, s: &mut State) -> Result<bool> {
-        if !self.posted.iter().all(|(k, _)| s.done.contains_key(k)) {
+        if !self.posted.iter().all(|(k, _)| s.is_done(k)) {
             return Ok(false);
         }
         for (k, dst) in self.posted.drain(..) {
-            let done = s.done.remove(&k).expect("done");
+            let done = s.take_done(&k).expect("done");
             let Some((_, len)) = dst else {
                 continue;
             };
