@@ -260,13 +260,21 @@ pub(crate) struct Notes {
     /// The source files named to each destination so far, by the address of their
     /// name, with the number each destination knows them by: a note names its file
     /// once per destination, then by number. The file named last sits beside the table.
-    files_sent: Vec<(Option<(FileKey, u32)>, HashMap<FileKey, u32>)>,
+    files_sent: Vec<FilesSent>,
     /// The source files each rank has named, by their number.
     files_got: Vec<Vec<Arc<str>>>,
 }
 
 /// A source file's name, by its address and length (`Location::file`).
 type FileKey = (usize, usize);
+
+/// The source files named to one rank, with their numbers; the one named last beside
+/// the table (most sends to a rank come from one file).
+#[derive(Clone, Default)]
+struct FilesSent {
+    last: Option<(FileKey, u32)>,
+    ids: HashMap<FileKey, u32>,
+}
 
 /// The file number of a note sent without a source line.
 const NO_FILE: u32 = u32::MAX;
@@ -396,7 +404,7 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         next_type: None,
         pending: vec![(Vec::new(), 0); size],
         held: 0,
-        files_sent: vec![(None, HashMap::default()); size],
+        files_sent: vec![FilesSent::default(); size],
         files_got: vec![Vec::new(); size],
     };
     tools::with(|t| t.notes = Some(r));
@@ -490,13 +498,12 @@ impl Notes {
             (NO_FILE, false)
         } else {
             let key = (file.as_ptr() as usize, file.len());
-            let (last, known) = &mut self.files_sent[dest as usize];
+            let FilesSent { last, ids } = &mut self.files_sent[dest as usize];
             match *last {
-                // most sends to one rank come from one file: no hashing
                 Some((k, id)) if k == key => (id, false),
                 _ => {
-                    let next = known.len() as u32;
-                    let (id, new) = match known.entry(key) {
+                    let next = ids.len() as u32;
+                    let (id, new) = match ids.entry(key) {
                         std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
                         std::collections::hash_map::Entry::Vacant(e) => (*e.insert(next), true),
                     };
