@@ -348,9 +348,10 @@ impl<K: Numbered, V> Window<K, V> {
             self.live += usize::from(old.is_none());
             return old;
         }
+        // every number behind is below `base`, so an empty window starts at any key
+        // from `base` on, and below it at one above those behind
         let above_behind = || self.behind.last_key_value().is_none_or(|(b, _)| *b < n);
-        if self.live == 0 && above_behind() {
-            // an empty window starts at any key above those behind it
+        if self.live == 0 && (n >= self.base || above_behind()) {
             self.len = 0;
             self.base = n;
         } else if n < self.base {
@@ -381,7 +382,8 @@ impl<K: Numbered, V> Window<K, V> {
         let n = k.number();
         match self.slot(n) {
             Some(j) => self.ring[j].as_ref().map(|(_, v)| v),
-            None if self.behind.is_empty() => None,
+            // every number behind is below `base`
+            None if n >= self.base || self.behind.is_empty() => None,
             None => self.behind.get(&n).map(|(_, v)| v),
         }
     }
@@ -391,7 +393,7 @@ impl<K: Numbered, V> Window<K, V> {
         let n = k.number();
         match self.slot(n) {
             Some(j) => self.ring[j].as_mut().map(|(_, v)| v),
-            None if self.behind.is_empty() => None,
+            None if n >= self.base || self.behind.is_empty() => None,
             None => self.behind.get_mut(&n).map(|(_, v)| v),
         }
     }
@@ -407,6 +409,28 @@ impl<K: Numbered, V> Window<K, V> {
         let Some(j) = self.slot(n) else {
             return self.remove_behind(n);
         };
+        let (_, v) = self.ring[j].take()?;
+        self.live -= 1;
+        if j == self.head || self.len > Self::span(self.live) {
+            self.trim();
+        }
+        Some(v)
+    }
+
+    /// Removes and returns the value under `k` if `take` says so.
+    #[inline]
+    pub fn remove_if(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
+        let n = k.number();
+        let Some(j) = self.slot(n) else {
+            return match self.behind.get(&n) {
+                Some((_, v)) if take(v) => self.remove_behind(n),
+                _ => None,
+            };
+        };
+        match &self.ring[j] {
+            Some((_, v)) if take(v) => {}
+            _ => return None,
+        }
         let (_, v) = self.ring[j].take()?;
         self.live -= 1;
         if j == self.head || self.len > Self::span(self.live) {
@@ -497,10 +521,11 @@ impl<K: Numbered + Hash, V: Hash> Hash for Window<K, V> {
     }
 }
 
-/// A map of requests by number ([`Numbered`]) that keeps its first entry beside the
-/// table: while one request is pending (every blocking call, most ping-pongs)
-/// inserting, finding and removing it is a comparison. The others sit in a
-/// [`Window`], indexed by number. Equality and hashing see only the entries, not
+/// A map of requests by number ([`Numbered`]) that keeps one entry beside the table:
+/// while one request is pending (every blocking call, most ping-pongs) inserting,
+/// finding and removing it is a comparison. The others sit in a [`Window`], indexed
+/// by number. The entry beside the window is the first of its requests, until
+/// [`PASSED`] others have passed it; then the newest takes its place. Equality and hashing see only the entries, not
 /// where they are kept. The engine keeps its requests in these, and so does
 /// `rsmpi-core`.
 ///
@@ -514,13 +539,20 @@ impl<K: Numbered + Hash, V: Hash> Hash for Window<K, V> {
 #[derive(Clone, Debug)]
 pub struct OneMap<K, V> {
     one: Option<(K, V)>,
+    /// Requests put in the window while `one` stayed.
+    passed: u32,
     rest: Window<K, V>,
 }
+
+/// A request beside the window that this many others have passed gives its slot to
+/// the next one (more than a window of 64 requests, the message-rate benchmarks').
+const PASSED: u32 = 256;
 
 impl<K, V> Default for OneMap<K, V> {
     fn default() -> Self {
         OneMap {
             one: None,
+            passed: 0,
             rest: Window::default(),
         }
     }
@@ -533,6 +565,7 @@ impl<K: Numbered, V> OneMap<K, V> {
         // the common case, kept small enough to inline into every caller
         if self.one.is_none() && self.rest.is_empty() {
             self.one = Some((k, v));
+            self.passed = 0;
             return None;
         }
         self.insert_more(k, v)
@@ -542,9 +575,22 @@ impl<K: Numbered, V> OneMap<K, V> {
     fn insert_more(&mut self, k: K, v: V) -> Option<V> {
         match &mut self.one {
             Some((k1, v1)) if *k1 == k => Some(std::mem::replace(v1, v)),
-            Some(_) => self.rest.insert(k, v),
+            Some(_) if self.passed < PASSED || self.rest.contains_key(&k) => {
+                self.passed += 1;
+                self.rest.insert(k, v)
+            }
+            Some(_) => {
+                // a request that stays (a receive posted for the whole run) leaves
+                // the slot beside the window to the newest once many have passed it,
+                // so that it does not keep every later one out
+                let (k0, v0) = self.one.replace((k, v)).expect("occupied");
+                self.passed = 0;
+                self.rest.insert(k0, v0);
+                None
+            }
             None if !self.rest.contains_key(&k) => {
                 self.one = Some((k, v));
+                self.passed = 0;
                 None
             }
             None => self.rest.insert(k, v),
@@ -607,10 +653,7 @@ impl<K: Numbered, V> OneMap<K, V> {
 
     #[inline(never)]
     fn remove_if_more(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
-        match self.rest.get(k) {
-            Some(v) if take(v) => self.rest.remove(k),
-            _ => None,
-        }
+        self.rest.remove_if(k, take)
     }
 
     pub fn len(&self) -> usize {
@@ -722,6 +765,30 @@ mod tests {
         c.remove(&1);
         assert_eq!(c.insert(2, 'c'), Some('b'));
         assert_eq!((c.len(), c[&2]), (1, 'c'));
+    }
+
+    /// A request that stays beside the window gives its slot to a newer one once
+    /// many have passed it; every entry is still found, and where one is kept does
+    /// not change equality.
+    #[test]
+    fn one_map_old_entry_gives_way() {
+        let mut a = OneMap::default();
+        a.insert(1u64, 1u64);
+        for k in 2..2 + u64::from(PASSED) + 10 {
+            assert_eq!(a.insert(k, k), None);
+            assert_eq!(a.remove(&k), Some(k));
+        }
+        assert!(a.one.as_ref().is_none_or(|(k, _)| *k != 1), "1 gave way");
+        assert_eq!(a.get(&1), Some(&1));
+        let mut b = OneMap::default();
+        b.insert(1u64, 1u64);
+        assert_eq!(a, b);
+        assert_eq!(hash_of(&a), hash_of(&b));
+        a.insert(5000, 5);
+        a.insert(5001, 6);
+        assert_eq!((a.len(), a[&1], a[&5000], a[&5001]), (3, 1, 5, 6));
+        assert_eq!(a.remove(&1), Some(1));
+        assert_eq!(a.len(), 2);
     }
 
     fn window_entries(w: &Window<u64, u64>) -> Vec<(u64, u64)> {
