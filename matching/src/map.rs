@@ -422,8 +422,8 @@ impl<K: Numbered, V> Window<K, V> {
     pub fn remove_if(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
         let n = k.number();
         let Some(j) = self.slot(n) else {
-            return match self.behind.get(&n) {
-                Some((_, v)) if take(v) => self.remove_behind(n),
+            return match self.get(k) {
+                Some(v) if take(v) => self.remove_behind(n),
                 _ => None,
             };
         };
@@ -441,7 +441,8 @@ impl<K: Numbered, V> Window<K, V> {
 
     #[inline(never)]
     fn remove_behind(&mut self, n: u64) -> Option<V> {
-        if self.behind.is_empty() {
+        // every number behind is below `base`
+        if n >= self.base || self.behind.is_empty() {
             return None;
         }
         self.behind.remove(&n).map(|(_, v)| v)
@@ -820,7 +821,14 @@ mod tests {
                 }
                 5 => {
                     let k = (r >> 4) % 1000;
-                    assert_eq!(w.insert(k, step), model.insert(k, step));
+                    if r.is_multiple_of(3) {
+                        // an entry below the window, removed if its value is odd
+                        let odd = model.get(&k).is_some_and(|v| v % 2 == 1);
+                        let want = if odd { model.remove(&k) } else { None };
+                        assert_eq!(w.remove_if(&k, |v| v % 2 == 1), want);
+                    } else {
+                        assert_eq!(w.insert(k, step), model.insert(k, step));
+                    }
                 }
                 6..=8 => {
                     // the oldest entry but those below 1000 (which stay)
@@ -830,7 +838,14 @@ mod tests {
                 }
                 _ => {
                     let k = next.saturating_sub((r >> 4) % 200);
-                    assert_eq!(w.remove(&k), model.remove(&k));
+                    if r.is_multiple_of(2) {
+                        assert_eq!(w.remove(&k), model.remove(&k));
+                    } else {
+                        // removed only if its value is even
+                        let even = model.get(&k).is_some_and(|v| v % 2 == 0);
+                        let want = if even { model.remove(&k) } else { None };
+                        assert_eq!(w.remove_if(&k, |v| v % 2 == 0), want);
+                    }
                     assert_eq!(w.get(&(k + 1)), model.get(&(k + 1)));
                 }
             }
