@@ -409,6 +409,12 @@ impl<K: Numbered, V> Window<K, V> {
         let Some(j) = self.slot(n) else {
             return self.remove_behind(n);
         };
+        self.take_slot(j)
+    }
+
+    /// Empties ring slot `j`; its value.
+    #[inline]
+    fn take_slot(&mut self, j: usize) -> Option<V> {
         let (_, v) = self.ring[j].take()?;
         self.live -= 1;
         if j == self.head || self.len > Self::span(self.live) {
@@ -428,15 +434,9 @@ impl<K: Numbered, V> Window<K, V> {
             };
         };
         match &self.ring[j] {
-            Some((_, v)) if take(v) => {}
-            _ => return None,
+            Some((_, v)) if take(v) => self.take_slot(j),
+            _ => None,
         }
-        let (_, v) = self.ring[j].take()?;
-        self.live -= 1;
-        if j == self.head || self.len > Self::span(self.live) {
-            self.trim();
-        }
-        Some(v)
     }
 
     #[inline(never)]
@@ -497,10 +497,33 @@ impl<K: Numbered, V> std::ops::Index<&K> for Window<K, V> {
 }
 
 #[cfg(test)]
-impl<K, V> Window<K, V> {
+impl<K: Numbered, V> Window<K, V> {
     /// (slots in the window, entries behind it)
     pub(crate) fn placement(&self) -> (usize, usize) {
         (self.len, self.behind.len())
+    }
+
+    /// Moves every entry into the window, however sparse it gets (a placement the
+    /// window's own rules would not keep), for tests of equality by content.
+    pub(crate) fn gather(&mut self) {
+        let mut all: Vec<(u64, (K, V))> = std::mem::take(&mut self.behind).into_iter().collect();
+        for i in 0..self.len {
+            let j = self.at(i);
+            if let Some(e) = self.ring[j].take() {
+                all.push((self.base + i as u64, e));
+            }
+        }
+        let Some(&(first, _)) = all.first() else {
+            return;
+        };
+        (self.len, self.live, self.base) = (0, 0, first);
+        for (n, e) in all {
+            while self.base + (self.len as u64) < n {
+                self.push(None);
+            }
+            self.push(Some(e));
+            self.live += 1;
+        }
     }
 }
 

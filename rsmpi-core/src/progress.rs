@@ -214,7 +214,7 @@ impl RecvTable {
 /// taken: sends by id, the others, numbered apart, hashed.
 #[derive(Default)]
 pub(crate) struct DoneTable {
-    ids: Requests<u64, Done>,
+    sends: Requests<SendId, Done>,
     other: HashMap<Key, Done>,
 }
 
@@ -222,7 +222,7 @@ impl DoneTable {
     #[inline]
     pub fn insert(&mut self, k: Key, d: Done) {
         match k {
-            Key::Send(SendId(n)) => self.ids.insert(n, d),
+            Key::Send(x) => self.sends.insert(x, d),
             _ => self.other.insert(k, d),
         };
     }
@@ -230,7 +230,7 @@ impl DoneTable {
     #[inline]
     pub fn remove(&mut self, k: &Key) -> Option<Done> {
         match k {
-            Key::Send(SendId(n)) => self.ids.remove(n),
+            Key::Send(x) => self.sends.remove(x),
             _ if self.other.is_empty() => None,
             _ => self.other.remove(k),
         }
@@ -239,7 +239,7 @@ impl DoneTable {
     #[inline]
     pub fn contains_key(&self, k: &Key) -> bool {
         match k {
-            Key::Send(SendId(n)) => self.ids.contains_key(n),
+            Key::Send(x) => self.sends.contains_key(x),
             _ => self.other.contains_key(k),
         }
     }
