@@ -177,24 +177,48 @@ fn sync_point_flushes_a_point_to_point_program() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn hard_cap_writes_alone_and_says_so() {
-    // no collective for 400 iterations, a hard cap of 32 KiB: local writes
-    let dir = conformance::scratch("trace-hard");
+/// Runs `traced ITERS 1000000` (no collective) on two ranks with the soft threshold
+/// and hard cap given; checks that the trace is sound and that each rank held at most
+/// `cap` bytes plus one chunk; the traces.
+fn capped(name: &str, iters: &str, soft: &str, hard: &str, cap: usize) -> Vec<format::RankTrace> {
+    let dir = conformance::scratch(name);
     let d = dir.to_str().unwrap();
     let env = [
         ("RSMPI_TRACE", d),
-        ("RSMPI_TRACE_SOFT", "8K"),
-        ("RSMPI_TRACE_HARD", "32K"),
+        ("RSMPI_TRACE_SOFT", soft),
+        ("RSMPI_TRACE_HARD", hard),
     ];
-    assert_eq!(job(2, &["400", "1000000"], &env), 0);
+    assert_eq!(job(2, &[iters, "1000000"], &env), 0);
     let traces = format::read_dir(&dir, &mut |_, _| {}).unwrap();
     assert!(chrome::check(&traces).is_empty());
     for t in &traces {
-        assert!(count(t, format::Kind::Unsync) >= 2, "rank {}", t.rank);
-        assert!(chrome::finish(t).unwrap().d as usize <= 32 * 1024 + CHUNK);
+        assert!(chrome::finish(t).unwrap().d as usize <= cap + CHUNK);
     }
     let _ = std::fs::remove_dir_all(dir);
+    traces
+}
+
+#[test]
+fn hard_cap_writes_alone_and_says_so() {
+    // no collective for 400 iterations, a hard cap of 32 KiB: local writes
+    for t in capped("trace-hard", "400", "8K", "32K", 32 * 1024) {
+        assert!(count(&t, format::Kind::Unsync) >= 2, "rank {}", t.rank);
+    }
+}
+
+#[test]
+fn a_buffer_of_a_few_bytes_is_taken_as_a_page() {
+    // a hard cap smaller than a record: the buffer is written alone every ~4 KiB
+    // (the smallest size), not for every record, and the trace stays sound
+    for t in capped("trace-tiny", "50", "1", "8", 4096) {
+        let (unsync, records) = (count(&t, format::Kind::Unsync), t.records.len());
+        assert!(unsync >= 1, "rank {}", t.rank);
+        assert!(
+            unsync * 50 < records,
+            "rank {}: {unsync} of {records}",
+            t.rank
+        );
+    }
 }
 
 #[test]

@@ -526,16 +526,18 @@ impl State {
         let Some((header, len)) = self.engine.send_now(&spec)? else {
             return Ok(false);
         };
-        if let Some(t) = self.tools.as_deref_mut() {
-            t.sent(dest, ctx, tag, bytes.len() as u64, None);
-        }
         let mut spins = 0u32;
         loop {
             match self
                 .transport
                 .try_send(dest, header.as_bytes(), &bytes[..len as usize])
             {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    if let Some(t) = self.tools.as_deref_mut() {
+                        t.sent(dest, ctx, tag, bytes.len() as u64, None);
+                    }
+                    return Ok(true);
+                }
                 Err(TransportError::Full(_)) => self.full(&mut spins),
                 Err(e) => self.fatal("send", &e),
             }

@@ -47,25 +47,54 @@ use crate::topology::SimpleCommunicator;
 use crate::traits::*;
 
 /// Bytes of one buffer chunk: a whole number of records, about 64 KiB.
-pub const CHUNK: usize = RECORD * 1638;
+pub const CHUNK: usize = RECORD * PER_CHUNK;
+
+/// Records in one buffer chunk.
+const PER_CHUNK: usize = 1638;
+
+/// The smallest soft threshold and hard cap, in bytes.
+const MIN_BUFFER: usize = 4096;
+
+/// Records in the stage, the small buffer the newest records go to.
+const STAGE: usize = 64;
 
 /// One rank's tracer, kept in the library state while tracing.
 pub(crate) struct Tracer {
     file: std::fs::File,
     /// The time source: the CPU's time-stamp counter where it is invariant,
     /// calibrated against the monotonic clock (~13 ns a read here, against ~35 ns
-    /// for `Instant`; `docs/tools.md`, "Cost"), and the reading at the start.
+    /// for `Instant`; `docs/tools.md`, "Cost"), and the reading at the start. The
+    /// buffered records hold the counter's raw readings; they become nanoseconds
+    /// since `raw0` when written.
     clock: quanta::Clock,
     raw0: u64,
-    /// Full chunks, oldest first, and the one being filled.
-    chunks: Vec<Vec<u8>>,
-    cur: Vec<u8>,
-    spare: Vec<Vec<u8>>,
+    /// The newest records: a record is appended here, to memory that stays in the
+    /// cache, and the stage is copied to `cur` when full. Appended straight to the
+    /// chunks, each record written to a line not in the cache, and a small
+    /// message's latency traced rose by ~40 ns (`docs/tools.md`, "Cost").
+    stage: Vec<Record>,
+    /// The length of `stage` at which [`Self::spill`] runs: [`STAGE`], or less where
+    /// the chunk or the hard cap ends sooner.
+    stage_room: usize,
+    /// Full chunks, oldest first, and the one being filled: records as they are
+    /// (encoded only when written).
+    chunks: Vec<Vec<Record>>,
+    cur: Vec<Record>,
+    /// Empty chunks whose memory has been written once: enough, with `cur`, for the
+    /// soft threshold, made at the start and given back by each write. A chunk of
+    /// fresh memory costs a page fault every 100 records, which made each record
+    /// ~15 ns dearer (`docs/tools.md`, "Cost").
+    spare: Vec<Vec<Record>>,
+    /// How many chunks `spare` keeps.
+    pool: usize,
+    /// The bytes of a chunk being written.
+    out: Vec<u8>,
     soft: usize,
     hard: usize,
     peak: usize,
-    /// The length of the chunk being filled at which [`Self::full`] looks at the
-    /// buffer (the peak and the hard cap are checked there, not at every record).
+    /// The number of records in the chunk being filled at which [`Self::full`] looks
+    /// at the buffer (the peak and the hard cap are checked there, not at every
+    /// record).
     room: usize,
     records: u64,
     /// Off while the tracer's own traffic runs.
@@ -77,8 +106,8 @@ pub(crate) struct Tracer {
     /// Contexts of the receives posted while recording, until they complete.
     recv_ctx: matching::OneMap<RecvId, u32>,
     tool: SimpleCommunicator,
-    /// The last timestamp taken; whether the last record is an `Enter`; how many
-    /// `Recv` records at the end of the buffer still wait for their time.
+    /// The last timestamp taken (raw); whether the last record is an `Enter`; how
+    /// many `Recv` records at the end of the buffer still wait for their time.
     last_ts: u64,
     after_enter: bool,
     unstamped: usize,
@@ -87,20 +116,29 @@ pub(crate) struct Tracer {
 }
 
 impl Tracer {
+    /// Nanoseconds since the tracer started.
     fn now(&self) -> u64 {
-        self.clock.delta_as_nanos(self.raw0, self.clock.raw())
+        self.ns(self.clock.raw())
     }
 
+    /// A raw reading in nanoseconds since the tracer started.
+    fn ns(&self, raw: u64) -> u64 {
+        self.clock.delta_as_nanos(self.raw0, raw)
+    }
+
+    /// Bytes of events held.
     fn buffered(&self) -> usize {
-        self.chunks.len() * CHUNK + self.cur.len()
+        (self.chunks.len() * PER_CHUNK + self.cur.len() + self.stage.len()) * RECORD
     }
 
+    /// Appends a record of the time now (see below for `Send` and `Recv`).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn push(&mut self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
         if !self.recording {
             return;
         }
-        // a clock read costs ~25 ns here, as much as a small message's matching: a
+        // a clock read costs ~8 ns here, a tenth of a small message's latency: a
         // send right after its call's enter shares the enter's time, and a completed
         // receive takes the time of the next record (the leave of the call that
         // completed it), stamped when that one is taken
@@ -110,28 +148,26 @@ impl Tracer {
                 self.unstamped += 1;
                 u64::MAX
             }
-            _ => self.now(),
+            _ => self.clock.raw(),
         };
         self.push_at(ts, kind, op, a, b, c, d, e);
         self.after_enter = kind == Kind::Enter;
     }
 
-    /// Gives the receives recorded since the last timestamp the time `now`.
+    /// Gives the receives recorded since the last timestamp the (raw) time `now`.
     fn stamp_pending(&mut self, now: u64) {
-        let mut n = std::mem::take(&mut self.unstamped);
-        let mut bufs = std::iter::once(&mut self.cur).chain(self.chunks.iter_mut().rev());
-        while n > 0 {
-            let Some(b) = bufs.next() else { break };
-            let mut end = b.len();
-            while n > 0 && end >= RECORD {
-                b[end - RECORD..end - RECORD + 8].copy_from_slice(&now.to_le_bytes());
-                end -= RECORD;
-                n -= 1;
-            }
+        let n = std::mem::take(&mut self.unstamped);
+        let bufs = [&mut self.stage, &mut self.cur]
+            .into_iter()
+            .chain(self.chunks.iter_mut().rev());
+        for r in bufs.flat_map(|b| b.iter_mut().rev()).take(n) {
+            r.ts = now;
         }
     }
 
+    /// Appends a record of the (raw) time `ts`.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn push_at(&mut self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
         if kind != Kind::Recv {
             if self.unstamped > 0 {
@@ -139,7 +175,7 @@ impl Tracer {
             }
             self.last_ts = ts;
         }
-        let r = Record {
+        self.stage.push(Record {
             ts,
             kind,
             op,
@@ -148,12 +184,23 @@ impl Tracer {
             c,
             d,
             e,
-        };
-        self.cur.extend_from_slice(&r.encode());
+        });
         self.records += 1;
+        if self.stage.len() >= self.stage_room {
+            self.spill();
+        }
+    }
+
+    /// Moves the stage to the chunk being filled.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self) {
+        self.cur.extend_from_slice(&self.stage);
+        self.stage.clear();
         if self.cur.len() >= self.room {
             self.full();
         }
+        self.set_rooms();
     }
 
     /// The chunk being filled is full, or the buffer reached the hard cap.
@@ -163,27 +210,34 @@ impl Tracer {
         // the buffer only grows between writes: its peak is reached here or at a write
         let held = self.buffered();
         self.peak = self.peak.max(held);
-        if self.cur.len() == CHUNK {
+        if self.cur.len() == PER_CHUNK {
             let next = self
                 .spare
                 .pop()
-                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+                .unwrap_or_else(|| Vec::with_capacity(PER_CHUNK));
             self.chunks.push(std::mem::replace(&mut self.cur, next));
         }
-        self.room = self.room();
+        self.set_rooms();
         if held >= self.hard && self.recording {
             // no collective in sight: write alone, and say so
-            let t = self.now();
+            let t = self.clock.raw();
             self.write();
-            let dt = self.now() - t;
-            self.push_at(self.now(), Kind::Unsync, 0, self.epoch, 0, 0, dt, 0);
+            let now = self.clock.raw();
+            let dt = self.ns(now) - self.ns(t);
+            self.push_at(now, Kind::Unsync, 0, self.epoch, 0, 0, dt, 0);
         }
     }
 
-    /// How far the chunk being filled may grow before [`Self::full`] must look: to
-    /// its end, or to the hard cap.
+    /// Sets how far the chunk being filled and the stage may grow.
+    fn set_rooms(&mut self) {
+        self.room = self.room();
+        self.stage_room = STAGE.min(self.room.saturating_sub(self.cur.len()));
+    }
+
+    /// How far (in records) the chunk being filled may grow before [`Self::full`]
+    /// must look: to its end, or to the hard cap.
     fn room(&self) -> usize {
-        CHUNK.min(self.hard.saturating_sub(self.chunks.len() * CHUNK))
+        PER_CHUNK.min((self.hard / RECORD).saturating_sub(self.chunks.len() * PER_CHUNK))
     }
 
     /// Writes every buffered event to the file and empties the buffer.
@@ -192,35 +246,52 @@ impl Tracer {
         if self.failed {
             self.chunks.clear();
             self.cur.clear();
-            self.room = self.room();
+            self.stage.clear();
+            self.set_rooms();
             return;
         }
-        let now = self.now();
+        let now = self.clock.raw();
         self.stamp_pending(now);
         #[cfg(feature = "fault-injection")]
         crate::fault::slow_trace_write();
         let mut res = Ok(());
-        for c in self.chunks.drain(..) {
+        self.cur.extend_from_slice(&self.stage);
+        self.stage.clear();
+        let mut chunks = std::mem::take(&mut self.chunks);
+        chunks.push(std::mem::take(&mut self.cur));
+        for mut c in chunks.drain(..) {
             if res.is_ok() {
-                res = self.file.write_all(&c);
+                res = self.encode_write(&c);
             }
-            if self.spare.len() < 4 {
-                let mut c = c;
+            if self.cur.capacity() == 0 {
+                c.clear();
+                self.cur = c;
+            } else if self.spare.len() < self.pool {
                 c.clear();
                 self.spare.push(c);
             }
         }
-        if res.is_ok() {
-            res = self.file.write_all(&self.cur);
-        }
-        self.cur.clear();
-        self.room = self.room();
+        self.chunks = chunks;
+        self.set_rooms();
         if let Err(e) = res {
             // a trace with a hole is worse than none: say so and stop tracing
             eprintln!("rsmpi: RSMPI_TRACE: writing the trace failed ({e}); tracing stops");
             self.recording = false;
             self.failed = true;
         }
+    }
+
+    /// Writes the records `c` to the file, their times in nanoseconds.
+    fn encode_write(&mut self, c: &[Record]) -> std::io::Result<()> {
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        for r in c {
+            let ns = self.ns(r.ts);
+            out.extend_from_slice(&Record { ts: ns, ..*r }.encode());
+        }
+        let res = self.file.write_all(&out);
+        self.out = out;
+        res
     }
 
     /// A message of `bytes` bytes left for world rank `dest`.
@@ -301,7 +372,11 @@ pub(crate) fn settings() -> crate::Result<Option<Settings>> {
     let Some(dir) = std::env::var_os("RSMPI_TRACE").filter(|d| !d.is_empty()) else {
         return Ok(None);
     };
-    let soft = env_size("RSMPI_TRACE_SOFT")?.unwrap_or(64 << 20);
+    // at least a page: a buffer that could not hold the record saying that it was
+    // written alone would be written again for it, without end
+    let soft = env_size("RSMPI_TRACE_SOFT")?
+        .unwrap_or(64 << 20)
+        .max(MIN_BUFFER);
     let hard = env_size("RSMPI_TRACE_HARD")?
         .unwrap_or(soft.saturating_mul(4))
         .max(soft);
@@ -323,17 +398,25 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     let mut file = std::fs::File::create(format::rank_file(&dir, rank)).map_err(io)?;
     file.write_all(&format::header(rank, size)).map_err(io)?;
     let clock = quanta::Clock::new();
+    // the chunks up to the soft threshold, their pages touched now rather than at
+    // the first record that lands on each
+    let pool = soft.min(hard).div_ceil(CHUNK);
+    let spare: Vec<Vec<Record>> = (0..pool).map(|_| touched_chunk()).collect();
     let t = Tracer {
         file,
         raw0: clock.raw(),
         clock,
         chunks: Vec::new(),
-        cur: Vec::with_capacity(CHUNK),
-        spare: Vec::new(),
+        stage: Vec::with_capacity(STAGE),
+        stage_room: STAGE.min(hard / RECORD),
+        cur: touched_chunk(),
+        spare,
+        pool,
+        out: Vec::new(),
         soft,
         hard,
         peak: 0,
-        room: CHUNK.min(hard),
+        room: PER_CHUNK.min(hard / RECORD),
         records: 0,
         recording: false,
         epoch: 0,
@@ -351,10 +434,27 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     let (offset, err) = tools::own_traffic(|| clocks(&tool));
     with_tracer(|t| {
         t.recording = true;
-        let ts = t.now();
+        let ts = t.clock.raw();
         t.push_at(ts, Kind::Clock, 0, 0, 0, 0, offset as u64, err);
     });
     Ok(())
+}
+
+/// An empty chunk whose memory has been written.
+fn touched_chunk() -> Vec<Record> {
+    let blank = Record {
+        ts: 0,
+        kind: Kind::Enter,
+        op: 0,
+        a: 0,
+        b: 0,
+        c: 0,
+        d: 0,
+        e: 0,
+    };
+    let mut c = std::hint::black_box(vec![blank; PER_CHUNK]);
+    c.clear();
+    c
 }
 
 /// Ends tracing: writes what is left (a local step; every rank does it at finalize).
@@ -364,13 +464,25 @@ pub(crate) fn finish() {
             if t.failed {
                 return;
             }
-            let ts = t.now();
+            let ts = t.clock.raw();
             let (peak, records) = (t.peak.max(t.buffered()) as u64, t.records + 1);
             t.recording = true;
             t.push_at(ts, Kind::Finish, 0, t.epoch, 0, 0, peak, records);
             t.write();
         }
     });
+}
+
+/// The MPI call `op` begins (the tracer alone is on).
+#[inline(never)]
+pub(crate) fn enter(op: Op) {
+    with_tracer(|t| t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0));
+}
+
+/// The MPI call `op` ends (the tracer alone is on).
+#[inline(never)]
+pub(crate) fn leave(op: Op) {
+    with_tracer(|t| t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0));
 }
 
 fn with_tracer<R>(f: impl FnOnce(&mut Tracer) -> R) -> Option<R> {
@@ -422,17 +534,18 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
     .flatten() else {
         return;
     };
-    let t_in = with_tracer(|t| {
+    let raw_in = with_tracer(|t| {
         t.recording = false;
-        t.now()
+        t.clock.raw()
     })
     .unwrap_or(0);
     // the flush's own traffic is no tool's business
-    tools::own_traffic(|| flush(&tool, want, t_in));
+    tools::own_traffic(|| flush(&tool, want, raw_in));
 }
 
-/// The flush proper, every rank together: agree, write, measure, pause.
-fn flush(tool: &SimpleCommunicator, want: bool, t_in: u64) {
+/// The flush proper, every rank together: agree, write, measure, pause. `raw_in` is
+/// the clock's raw reading as the flush began.
+fn flush(tool: &SimpleCommunicator, want: bool, raw_in: u64) {
     let mut any = 0u8;
     tool.all_reduce_into(
         &u8::from(want),
@@ -447,9 +560,10 @@ fn flush(tool: &SimpleCommunicator, want: bool, t_in: u64) {
     with_tracer(|t| {
         t.epoch += 1;
         let (e, held) = (t.epoch, t.buffered() as u64 + RECORD as u64);
-        t.push_at(t_in, Kind::FlushBegin, 0, e, 0, 0, held, 0);
+        t.push_at(raw_in, Kind::FlushBegin, 0, e, 0, 0, held, 0);
         t.write();
     });
+    let t_in = with_tracer(|t| t.ns(raw_in)).unwrap_or(0);
     let (offset, err) = clocks(tool);
     let z = pause_time(tool, t_in, offset, err);
     loop {
@@ -460,7 +574,7 @@ fn flush(tool: &SimpleCommunicator, want: bool, t_in: u64) {
         std::hint::spin_loop();
     }
     with_tracer(|t| {
-        let ts = t.now();
+        let ts = t.clock.raw();
         let e = t.epoch;
         t.push_at(ts, Kind::FlushEnd, 0, e, 0, 0, z, 1);
         t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
