@@ -81,9 +81,9 @@ pub(crate) struct Tracer {
     chunks: Vec<Vec<Record>>,
     cur: Vec<Record>,
     /// Empty chunks whose memory has been written once: enough, with `cur`, for the
-    /// soft threshold, made at the start and given back by each write. A chunk of
-    /// fresh memory costs a page fault every 100 records, which made each record
-    /// ~15 ns dearer (`docs/tools.md`, "Cost").
+    /// soft threshold, made at the start and given back by each write. Fresh memory
+    /// costs a page fault every ~100 records; taken at the start, the faults are
+    /// paid before the program runs, not inside its calls.
     spare: Vec<Vec<Record>>,
     /// How many chunks `spare` keeps.
     pool: usize,
@@ -223,7 +223,7 @@ impl Tracer {
             let t = self.clock.raw();
             self.write();
             let now = self.clock.raw();
-            let dt = self.ns(now) - self.ns(t);
+            let dt = self.ns(now).saturating_sub(self.ns(t));
             self.push_at(now, Kind::Unsync, 0, self.epoch, 0, 0, dt, 0);
         }
     }
