@@ -62,7 +62,7 @@ const STAGE: usize = 64;
 pub(crate) struct Tracer {
     file: std::fs::File,
     /// The time source: the CPU's time-stamp counter where it is invariant,
-    /// calibrated against the monotonic clock (~13 ns a read here, against ~35 ns
+    /// calibrated against the monotonic clock (8–13 ns a read here, against 16–35 ns
     /// for `Instant`; `docs/tools.md`, "Cost"), and the reading at the start. The
     /// buffered records hold the counter's raw readings; they become nanoseconds
     /// since `raw0` when written.
