@@ -17,6 +17,15 @@
 //! * `bad-rank`, `truncation`, `bsend-overflow`: a send to a rank out of range, a
 //!   message larger than its receive buffer, a buffered send larger than the
 //!   attached buffer. Each ends the job with an error.
+//! * `coll-type`: rank 0 broadcasts 4 `f64`, rank 1's buffer holds 4 `i64` (twin:
+//!   4 `f64`).
+//! * `coll-struct`: rank 0 broadcasts 2 × `(i32, f64)`, rank 1's buffer is 1 ×
+//!   `(i32, f64, f64, i32)` (twin: the legal `(i32, f64, i32, f64)`).
+//! * `coll-reduce`: a sum of 2 `f64` on rank 0 and 2 `i64` on rank 1 (twin: `f64`).
+//! * `coll-amount`: rank 0 gathers 2 `f64` from each rank, rank 1 sends 3 (twin: 2).
+//!   Ends the job.
+//! * `coll-call`, `coll-root`: rank 0 broadcasts from rank 0; rank 1 reduces to rank
+//!   0, or broadcasts from rank 1 (twin: the same broadcast). Each ends the job.
 #![forbid(unsafe_code)]
 
 use rsmpi::request::StaticScope;
@@ -135,6 +144,75 @@ fn main() {
                 assert!(v.iter().all(|x| *x == 3));
             }
             universe.detach_buffer();
+        }
+        "coll-type" => {
+            let root = w.process_at_rank(0);
+            if me == 0 || ok {
+                let mut b = [1.5f64, 2.5, 3.5, 4.5];
+                if me == 1 {
+                    b = [0.0; 4];
+                }
+                root.broadcast_into(&mut b[..]);
+                assert_eq!(b, [1.5, 2.5, 3.5, 4.5]);
+            } else {
+                let mut b = [0i64; 4];
+                root.broadcast_into(&mut b[..]); // @coll-type
+            }
+        }
+        "coll-struct" => {
+            let root = w.process_at_rank(0);
+            if me == 0 {
+                let mut b = [(1i32, 2.5f64), (3, 4.5)];
+                root.broadcast_into(&mut b[..]);
+            } else if ok {
+                let mut b = [(0i32, 0f64, 0i32, 0f64)];
+                root.broadcast_into(&mut b[..]);
+                assert_eq!(b, [(1, 2.5, 3, 4.5)]);
+            } else {
+                let mut b = [(0i32, 0f64, 0f64, 0i32)];
+                root.broadcast_into(&mut b[..]); // @coll-struct
+            }
+        }
+        "coll-reduce" => {
+            let sum = rsmpi::collective::SystemOperation::sum();
+            if me == 0 || ok {
+                let mut r = [0f64; 2];
+                w.all_reduce_into(&[1.0f64, 2.0][..], &mut r[..], sum);
+                if ok {
+                    assert_eq!(r, [2.0, 4.0]);
+                }
+            } else {
+                let mut r = [0i64; 2];
+                w.all_reduce_into(&[1i64, 2][..], &mut r[..], sum); // @coll-reduce
+            }
+        }
+        "coll-amount" => {
+            let root = w.process_at_rank(0);
+            if me == 0 {
+                let mut all = [0f64; 4];
+                root.gather_into_root(&[1.0f64, 2.0][..], &mut all[..]); // @coll-amount
+                assert_eq!(all, [1.0, 2.0, 3.0, 4.0]);
+            } else {
+                let mine = [3.0f64, 4.0, 5.0];
+                root.gather_into(&mine[..if ok { 2 } else { 3 }]);
+            }
+        }
+        "coll-call" => {
+            let root = w.process_at_rank(0);
+            let mut b = [me as u64 + 1; 2];
+            let sum = rsmpi::collective::SystemOperation::sum();
+            if me == 0 || ok {
+                root.broadcast_into(&mut b[..]);
+                assert_eq!(b, [1, 1]);
+            } else {
+                root.reduce_into(&b[..], sum); // @coll-call
+            }
+        }
+        "coll-root" => {
+            let r = if me == 0 || ok { 0 } else { 1 };
+            let mut b = [me as u64 + 1; 2];
+            w.process_at_rank(r).broadcast_into(&mut b[..]); // @coll-root
+            assert_eq!(b, [1, 1]);
         }
         c => panic!("unknown case {c}"),
     }

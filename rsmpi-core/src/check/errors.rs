@@ -226,7 +226,7 @@ fn site(call: Call) -> (&'static str, u32) {
 }
 
 /// Where a report points: the call and its source line.
-struct At {
+pub(super) struct At {
     op: Option<Op>,
     file: String,
     line: u32,
@@ -244,7 +244,7 @@ impl From<Call> for At {
 }
 
 /// Prints one report (`extra`: more JSON fields, each starting with a comma).
-fn report(class: &str, at: impl Into<At>, sentence: &str, extra: &str) {
+pub(super) fn report(class: &str, at: impl Into<At>, sentence: &str, extra: &str) {
     let at = at.into();
     let me = progress::try_with(|s| s.rank() as i64).unwrap_or(-1);
     tools::with(|t| {

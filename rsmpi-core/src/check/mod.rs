@@ -34,6 +34,7 @@
 //! timing; the report does not: it names the same receive and the same two messages
 //! either way.
 
+pub(crate) mod coll;
 pub(crate) mod deadlock;
 pub(crate) mod errors;
 pub(crate) mod types;

@@ -123,6 +123,64 @@ pub(crate) fn type_name(code: u8) -> &'static str {
     NAMES.get(code as usize).copied().unwrap_or("byte")
 }
 
+/// The size in bytes of a basic type in a signature.
+pub(crate) fn type_size(code: u8) -> u64 {
+    const SIZES: [u64; 13] = [1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 4, 8, 1];
+    SIZES.get(code as usize).copied().unwrap_or(1)
+}
+
+/// The part of `s` from byte `off`, `len` bytes long, as a signature of its own
+/// (`None` where a cut falls inside a value, or past [`STEPS`] runs).
+pub(crate) fn slice(s: &TypeSig, off: u64, len: u64) -> Option<TypeSig> {
+    if let [(c, n)] = s.runs[..] {
+        // one basic type: arithmetic
+        let z = type_size(c);
+        let total = z * n * s.count;
+        return (off.is_multiple_of(z) && len.is_multiple_of(z) && off + len <= total).then(|| {
+            TypeSig {
+                runs: vec![(c, 1)],
+                count: len / z,
+            }
+        });
+    }
+    let (mut at, end) = (0u64, off + len);
+    let mut runs: Vec<Run> = Vec::new();
+    for (steps, (c, n)) in s.iter().enumerate() {
+        if at >= end {
+            break;
+        }
+        if steps as u64 >= STEPS {
+            return None;
+        }
+        let z = type_size(c);
+        let (from, to) = (at, at + z * n);
+        at = to;
+        if to <= off {
+            continue;
+        }
+        let (a, b) = (from.max(off), to.min(end));
+        if (a - from) % z != 0 || (b - from) % z != 0 {
+            return None;
+        }
+        let k = (b - a) / z;
+        match runs.last_mut() {
+            Some(last) if last.0 == c => last.1 += k,
+            _ => runs.push((c, k)),
+        }
+    }
+    if at < end {
+        return None;
+    }
+    Some(match runs[..] {
+        // one basic type, shown as a count of it
+        [(c, n)] => TypeSig {
+            runs: vec![(c, 1)],
+            count: n,
+        },
+        _ => TypeSig { runs, count: 1 },
+    })
+}
+
 /// A signature as a report shows it, e.g. `2 × (i32, f64)` or `4 × f64`.
 pub(crate) fn describe(s: &TypeSig) -> String {
     let mut o = String::new();
@@ -187,6 +245,20 @@ mod tests {
         // bytes match anything: not checked
         assert!(TypeSig::of(&UserDatatype::of::<u8>(), 8).is_none());
         assert!(TypeSig::of(&UserDatatype::bytes(8), 1).is_none());
+    }
+
+    #[test]
+    fn slices_by_bytes() {
+        let f = sig::<f64>(6);
+        assert_eq!(describe(&slice(&f, 16, 24).unwrap()), "3 × f64");
+        assert_eq!(slice(&f, 4, 8), None);
+        assert_eq!(slice(&f, 40, 16), None);
+        // (i32, f64) × 3: the second element is bytes 12..24
+        let s = sig::<(i32, f64)>(3);
+        assert_eq!(describe(&slice(&s, 12, 12).unwrap()), "1 × (i32, f64)");
+        assert_eq!(describe(&slice(&s, 4, 12).unwrap()), "1 × (f64, i32)");
+        assert_eq!(slice(&s, 6, 12), None);
+        assert_eq!(slice(&s, 24, 24), None);
     }
 
     #[test]

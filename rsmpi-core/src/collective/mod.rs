@@ -37,6 +37,7 @@ pub use ops::{
     reduce_local_into, try_reduce_local_into, Operation, SystemOperation, UserOperation,
 };
 
+use crate::check::coll::{Block, Coll, Side};
 use crate::datatype::{
     Buffer, BufferMut, Count, PartitionedBuffer, PartitionedBufferMut, UserDatatype,
 };
@@ -44,6 +45,7 @@ use crate::error::{Error, Result};
 use crate::progress::{self, Key};
 use crate::request::{Data, Pending, Request, Scope, StaticScope};
 use crate::topology::{fail, AsCommunicator, Communicator, Process, Rank, SimpleCommunicator};
+use crate::trace::format::Op as MpiOp;
 use exec::ExecOp;
 use ops::Reducer;
 use std::borrow::Cow;
@@ -109,19 +111,63 @@ fn lend_input(
             if sched.bufs.first() == Some(&b.len()) && !b.is_empty() && !sched.writes_input() =>
         {
             transport::mem::lend(&progress::HOST, b, |region| {
-                drive(comm, sched, exec::Input::Lent(region), op, out)
+                drive(comm, sched, exec::Input::Lent(region), op, out, true)
             })
         }
-        other => drive(comm, sched, exec::Input::Owned(owned(other)), op, out),
+        other => drive(comm, sched, exec::Input::Owned(owned(other)), op, out, true),
     }
 }
 
+/// Every rank's `mine`, for the collectives' check (`check/coll.rs`): the bytes, and
+/// where each rank's are in them, in rank order. An all-gather on the communicator's
+/// internal context of a fixed slot per rank (the length, and the bytes where they
+/// fit), then, only if some rank's bytes did not fit, an all-gather of everyone's
+/// bytes. Neither is a flush point of the tracer.
+pub(crate) fn exchange(
+    c: &SimpleCommunicator,
+    mine: Vec<u8>,
+) -> Result<(Vec<u8>, Vec<std::ops::Range<usize>>)> {
+    /// Bytes of a slot: most calls fit (a few dozen bytes and the file's name).
+    const SLOT: usize = 256;
+    let (rank, size) = me(c);
+    let quiet = |sched, input| drive(c, sched, exec::Input::Owned(input), no_op(), None, false);
+    let mut slot = vec![0u8; SLOT];
+    slot[..8].copy_from_slice(&(mine.len() as u64).to_le_bytes());
+    if mine.len() <= SLOT - 8 {
+        slot[8..8 + mine.len()].copy_from_slice(&mine);
+    }
+    let slots = quiet(sched::allgather(rank, size, SLOT), slot)?;
+    let lens: Vec<usize> = slots
+        .chunks_exact(SLOT)
+        .map(|s| u64::from_le_bytes(s[..8].try_into().expect("8 bytes")) as usize)
+        .collect();
+    if lens.iter().all(|&n| n <= SLOT - 8) {
+        let at = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| i * SLOT + 8..i * SLOT + 8 + n);
+        return Ok((slots, at.collect()));
+    }
+    let all = quiet(sched::allgatherv(rank, size, &lens), mine)?;
+    let mut from = 0;
+    let at = lens
+        .iter()
+        .map(|&n| {
+            from += n;
+            from - n..from
+        })
+        .collect();
+    Ok((all, at))
+}
+
+/// Runs a schedule to completion (`flush`: the end is a flush point of the tracer).
 fn drive(
     comm: &SimpleCommunicator,
     sched: Schedule,
     input: exec::Input,
     op: Prepared<'_>,
     out: Option<transport::mem::RegionId>,
+    flush: bool,
 ) -> Result<Vec<u8>> {
     comm.check_live()?;
     let (kind, user) = op;
@@ -140,7 +186,9 @@ fn drive(
             Some(out) => {
                 // the user's call (marked by its public method) is still in progress:
                 // a flush pause falls inside its slice of the trace
-                crate::trace::after_collective(comm);
+                if flush {
+                    crate::trace::after_collective(comm);
+                }
                 return Ok(out);
             }
             None => {
@@ -265,6 +313,61 @@ fn check_blocks(counts: &[Count], n: usize) -> Result<()> {
     } else {
         Ok(())
     }
+}
+
+// ---- the collectives' check (`RSMPI_CHECK=errors`, `check/coll.rs`) ----------------
+
+/// Checks this rank's blocking collective against the other ranks' before it runs,
+/// when the error checks are on; `coll` says what the call sends and receives.
+#[inline(always)]
+fn checked(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
+    if crate::check::types::wanted() {
+        crate::check::coll::check(c, coll);
+    }
+}
+
+/// What a send buffer holds, as the check compares it.
+fn sent<S: Buffer + ?Sized>(s: &S) -> Block {
+    Block::of(&s.rsmpi_datatype(), s.rsmpi_count())
+}
+
+/// What a receive buffer holds.
+fn held<R: BufferMut + ?Sized>(r: &R) -> Block {
+    Block::of(&r.rsmpi_datatype(), r.rsmpi_count())
+}
+
+/// A receive buffer where rank i's block lands at i times this rank's own block,
+/// with room to spare allowed (gathers, all-to-all).
+fn room(buf: Block) -> Side {
+    Side::Room { buf, by_rank: true }
+}
+
+/// A scatter root's receive buffer: its block from itself, with room to spare
+/// allowed (the other ranks receive exactly their buffer).
+fn at_start(buf: Block) -> Side {
+    Side::Room {
+        buf,
+        by_rank: false,
+    }
+}
+
+/// A partition's blocks, rank by rank.
+fn blocks(dt: &UserDatatype, counts: &[Count]) -> Side {
+    Side::Each(
+        counts
+            .iter()
+            .map(|&n| Block::of(dt, n.max(0) as usize))
+            .collect(),
+    )
+}
+
+/// A reduction with `op` of this rank's `contribution`.
+fn reduction<O: Operation>(kind: MpiOp, root: Option<Rank>, op: &O, contribution: Block) -> Coll {
+    let code = match op.rsmpi_op() {
+        ops::OpRef::System(s) => s as u8,
+        ops::OpRef::User(_) => crate::check::coll::USER_OP,
+    };
+    Coll::reduction(kind, root.map(|r| r as u32), code, contribution)
 }
 
 // ---- the schedules with their inputs, shared by blocking and immediate forms -------
@@ -693,6 +796,9 @@ pub trait CommunicatorCollectives: Communicator {
     fn barrier(&self) {
         let _t = crate::tools::call(crate::trace::format::Op::Barrier);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            Coll::moving(MpiOp::Barrier, None, Side::Nothing, Side::Nothing)
+        });
         let (rank, size) = me(&c);
         run(
             &c,
@@ -713,6 +819,14 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Allgather,
+                None,
+                Side::Same(sent(sendbuf)),
+                room(held(recvbuf)),
+            )
+        });
         plan_all_gather(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_gather", e))
@@ -723,6 +837,15 @@ pub trait CommunicatorCollectives: Communicator {
     fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            let b = held(buf);
+            Coll::moving(
+                MpiOp::Allgather,
+                None,
+                Side::Split(b.clone()),
+                Side::Split(b),
+            )
+        });
         let mut f = || -> Result<()> {
             let all = buf.rsmpi_read()?;
             let size = c.size as usize;
@@ -754,6 +877,10 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Allgatherv);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
+            Coll::moving(MpiOp::Allgatherv, None, Side::Same(sent(sendbuf)), r)
+        });
         plan_all_gather_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_gather_varcount", e))
@@ -769,6 +896,14 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Alltoall);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Alltoall,
+                None,
+                Side::Split(sent(sendbuf)),
+                room(held(recvbuf)),
+            )
+        });
         plan_all_to_all(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_to_all", e))
@@ -783,6 +918,11 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Alltoallv);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            let s = blocks(&sendbuf.rsmpi_datatype(), sendbuf.counts());
+            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
+            Coll::moving(MpiOp::Alltoallv, None, s, r)
+        });
         plan_all_to_all_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_to_all_varcount", e))
@@ -798,6 +938,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Allreduce);
         let c = self.rsmpi_comm();
+        checked(&c, || reduction(MpiOp::Allreduce, None, &op, sent(sendbuf)));
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, e, com| {
             sched::allreduce(rank, size, len, e, com)
@@ -815,6 +956,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn all_reduce_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
         let _t = crate::tools::call(crate::trace::format::Op::Allreduce);
         let c = self.rsmpi_comm();
+        checked(&c, || reduction(MpiOp::Allreduce, None, &op, held(buf)));
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let p = plan_in_place(buf, op, |len, e, com| {
@@ -836,6 +978,9 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::ReduceScatterBlock);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            reduction(MpiOp::ReduceScatterBlock, None, &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let p = plan_reduction(sendbuf, op, |len, e, com| {
@@ -860,6 +1005,9 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::ReduceScatter);
         let c = self.rsmpi_comm();
+        checked(&c, || {
+            reduction(MpiOp::ReduceScatter, None, &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             check_blocks(counts, size as usize)?;
@@ -889,6 +1037,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Scan);
         let c = self.rsmpi_comm();
+        checked(&c, || reduction(MpiOp::Scan, None, &op, sent(sendbuf)));
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::scan(rank, size, len))
             .and_then(|p| {
@@ -903,6 +1052,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn scan_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
         let _t = crate::tools::call(crate::trace::format::Op::Scan);
         let c = self.rsmpi_comm();
+        checked(&c, || reduction(MpiOp::Scan, None, &op, held(buf)));
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let p = plan_in_place(buf, op, |len, _, _| sched::scan(rank, size, len))?;
@@ -922,6 +1072,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Exscan);
         let c = self.rsmpi_comm();
+        checked(&c, || reduction(MpiOp::Exscan, None, &op, sent(sendbuf)));
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::exscan(rank, size, len))
             .and_then(|p| {
@@ -1170,6 +1321,15 @@ pub trait Root: AsCommunicator {
     fn broadcast_into<Buf: BufferMut + ?Sized>(&self, buffer: &mut Buf) {
         let _t = crate::tools::call(crate::trace::format::Op::Bcast);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            let b = held(buffer);
+            Coll::moving(
+                MpiOp::Bcast,
+                Some(root as u32),
+                Side::Same(b.clone()),
+                Side::Same(b),
+            )
+        });
         let e = elem(&buffer.rsmpi_datatype());
         if let Some(bytes) = buffer.rsmpi_direct() {
             // the buffer itself is the schedule's: the root's data leaves from it and
@@ -1193,6 +1353,14 @@ pub trait Root: AsCommunicator {
     fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Gather,
+                Some(root as u32),
+                Side::Same(sent(sendbuf)),
+                Side::Nothing,
+            )
+        });
         plan_gather(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather", e))
@@ -1207,6 +1375,15 @@ pub trait Root: AsCommunicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            let r = room(held(recvbuf));
+            Coll::moving(
+                MpiOp::Gather,
+                Some(root as u32),
+                Side::Same(sent(sendbuf)),
+                r,
+            )
+        });
         plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("gather", e))
@@ -1217,6 +1394,14 @@ pub trait Root: AsCommunicator {
     fn gather_varcount_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Gatherv,
+                Some(root as u32),
+                Side::Same(sent(sendbuf)),
+                Side::Nothing,
+            )
+        });
         plan_gatherv(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather_varcount", e))
@@ -1231,6 +1416,15 @@ pub trait Root: AsCommunicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
+            Coll::moving(
+                MpiOp::Gatherv,
+                Some(root as u32),
+                Side::Same(sent(sendbuf)),
+                r,
+            )
+        });
         let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
         plan_gatherv(&c, root, sendbuf, Some(counts))
             .and_then(|p| finish_blocks(&c, p, recvbuf))
@@ -1242,6 +1436,14 @@ pub trait Root: AsCommunicator {
     fn scatter_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Scatter,
+                Some(root as u32),
+                Side::Nothing,
+                Side::Same(held(recvbuf)),
+            )
+        });
         plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("scatter", e))
@@ -1256,6 +1458,15 @@ pub trait Root: AsCommunicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            let s = Side::Split(sent(sendbuf));
+            Coll::moving(
+                MpiOp::Scatter,
+                Some(root as u32),
+                s,
+                at_start(held(recvbuf)),
+            )
+        });
         sendbuf
             .rsmpi_send()
             .and_then(|s| plan_scatter(&c, root, Some(owned(s)), recvbuf.rsmpi_capacity()))
@@ -1268,6 +1479,14 @@ pub trait Root: AsCommunicator {
     fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            Coll::moving(
+                MpiOp::Scatterv,
+                Some(root as u32),
+                Side::Nothing,
+                Side::Same(held(recvbuf)),
+            )
+        });
         plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("scatter_varcount", e))
@@ -1282,6 +1501,15 @@ pub trait Root: AsCommunicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            let s = blocks(&sendbuf.rsmpi_datatype(), sendbuf.counts());
+            Coll::moving(
+                MpiOp::Scatterv,
+                Some(root as u32),
+                s,
+                at_start(held(recvbuf)),
+            )
+        });
         let mut f = || -> Result<()> {
             let v = pack_blocks(sendbuf, c.size as usize)?;
             let counts = byte_counts(sendbuf.counts(), &sendbuf.rsmpi_datatype());
@@ -1296,6 +1524,9 @@ pub trait Root: AsCommunicator {
     fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, sendbuf: &S, op: O) {
         let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            reduction(MpiOp::Reduce, Some(root), &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
@@ -1317,6 +1548,9 @@ pub trait Root: AsCommunicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || {
+            reduction(MpiOp::Reduce, Some(root), &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
@@ -1337,6 +1571,7 @@ pub trait Root: AsCommunicator {
     fn reduce_into_root_in_place<R: BufferMut + ?Sized, O: Operation>(&self, buf: &mut R, op: O) {
         let _t = crate::tools::call(crate::trace::format::Op::Reduce);
         let (c, root) = self.rsmpi_root();
+        checked(&c, || reduction(MpiOp::Reduce, Some(root), &op, held(buf)));
         let (rank, size) = me(&c);
         let f = || -> Result<()> {
             let root = check_root(&c, root)?;
