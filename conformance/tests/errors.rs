@@ -203,14 +203,36 @@ fn collectives_that_cannot_run_end_the_job_with_their_report() {
 }
 
 #[test]
+fn an_immediate_collective_is_checked_when_its_request_completes() {
+    // rank 1 receives u32 from both ranks into f32: one report, naming the first
+    let v = check("icoll-type", "type-mismatch", 1, "MPI_Iallgather", false);
+    assert_eq!(
+        (&v["sent"], &v["received"], &v["source"], &v["more"]),
+        (&"2 × u32".into(), &"2 × f32".into(), &0.into(), &1.into()),
+        "{v}"
+    );
+    // a blocking collective never matches a nonblocking one
+    let v = check("icoll-mixed", "collective-mismatch", 1, "MPI_Ibcast", true);
+    assert_eq!(
+        (&v["collective"], &v["other"]["call"]),
+        (&"MPI_Ibcast (root 0)".into(), &"MPI_Bcast".into()),
+        "{v}"
+    );
+}
+
+#[test]
 fn the_suites_collectives_give_no_report() {
-    // every collective and root (derived datatypes, in-place forms, a gather root with
-    // room to spare), user operations, communicators split and duplicated: no false
-    // positive, and the results are still right (the suite checks them)
+    // every collective and root, blocking and immediate (derived datatypes, in-place
+    // forms, a gather root with room to spare), user operations, communicators split
+    // and duplicated, immediate collectives completed in different orders on
+    // different ranks: no false positive, and the results are still right (the suite
+    // checks them)
     for case in [
         "coll_every_collective_and_root_3_ranks",
         "coll_in_place_with_user_operations_4_ranks",
         "coll_split_dup_cartesian_with_user_traffic_6_ranks",
+        "coll_immediate_outstanding_reordered_and_progress_4_ranks",
+        "coll_immediate_user_ops_completed_in_different_orders_4_ranks",
     ] {
         let dir = conformance::scratch(&format!("errors-suite-{case}"));
         let status = std::process::Command::new(env!("CARGO_BIN_EXE_conformance"))

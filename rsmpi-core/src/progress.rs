@@ -876,6 +876,10 @@ pub(crate) fn wait(key: Key) -> Done {
         } else {
             b.idle();
             if crate::tools::checking() {
+                if let (Key::Coll(_), true) = (key, crate::check::types::wanted()) {
+                    // an immediate collective's check reports before its wait hangs
+                    crate::check::coll::settle(key);
+                }
                 crate::check::deadlock::waiting(key);
             }
         }

@@ -298,6 +298,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         let data = match self.data {
             Data::Shared(d) => {
                 if let Key::Coll(_) = self.pending.key {
+                    settle_check(self.pending.key);
                     // a collective's result this rank does not take (a non-root)
                     progress::with(|s| s.owned_done.remove(&self.pending.key));
                 }
@@ -308,6 +309,9 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
                 Some(d)
             }
             Data::Unpack(d, unpack) => {
+                if let Key::Coll(_) = self.pending.key {
+                    settle_check(self.pending.key);
+                }
                 let bytes = progress::with(|s| s.owned_done.remove(&self.pending.key));
                 if let (Ok(_), Some(mut b)) = (&st, bytes) {
                     let done = match &self.coll_post {
@@ -325,6 +329,17 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
             }
         };
         (st, data)
+    }
+}
+
+/// An immediate collective's request completes (every way a request completes
+/// comes to [`Request::complete`]: `wait`, `test`, `wait_any`, …): with
+/// `RSMPI_CHECK=errors`, its check reads the other ranks' calls and reports. A wait
+/// that finds the request pending settles it sooner (`progress::wait`), so that a
+/// collective that cannot run is reported rather than waited for.
+fn settle_check(key: Key) {
+    if crate::check::types::wanted() {
+        crate::check::coll::settle(key);
     }
 }
 

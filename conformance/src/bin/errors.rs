@@ -26,6 +26,10 @@
 //!   Ends the job.
 //! * `coll-call`, `coll-root`: rank 0 broadcasts from rank 0; rank 1 reduces to rank
 //!   0, or broadcasts from rank 1 (twin: the same broadcast). Each ends the job.
+//! * `icoll-type`: an immediate all-gather of 2 `u32` per rank; rank 1's buffer holds
+//!   `f32` (twin: `u32`). Reported when rank 1's request completes.
+//! * `icoll-mixed`: rank 0 broadcasts with the blocking call, rank 1 with the
+//!   immediate one, which never match (twin: both immediate). Ends the job.
 #![forbid(unsafe_code)]
 
 use rsmpi::request::StaticScope;
@@ -213,6 +217,37 @@ fn main() {
             let mut b = [me as u64 + 1; 2];
             w.process_at_rank(r).broadcast_into(&mut b[..]); // @coll-root
             assert_eq!(b, [1, 1]);
+        }
+        "icoll-type" => {
+            let mine = [me as u32; 2];
+            if me == 0 || ok {
+                let mut all = [9u32; 4];
+                rsmpi::request::scope(|sc| {
+                    w.immediate_all_gather_into(sc, &mine[..], &mut all[..])
+                        .wait();
+                });
+                assert_eq!(all, [0, 0, 1, 1]);
+            } else {
+                let mut all = [0f32; 4];
+                rsmpi::request::scope(|sc| {
+                    let r = w.immediate_all_gather_into(sc, &mine[..], &mut all[..]); // @icoll-type
+                    r.wait();
+                });
+            }
+        }
+        "icoll-mixed" => {
+            let root = w.process_at_rank(0);
+            let mut b = [7u64; 2];
+            if me == 0 && !ok {
+                root.broadcast_into(&mut b[..]);
+            } else {
+                let b = &mut b;
+                rsmpi::request::scope(|sc| {
+                    let r = root.immediate_broadcast_into(sc, &mut b[..]); // @icoll-mixed
+                    r.wait();
+                });
+            }
+            assert_eq!(b, [7, 7]);
         }
         c => panic!("unknown case {c}"),
     }

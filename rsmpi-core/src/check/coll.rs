@@ -9,7 +9,7 @@
 //! # rsmpi: error at rank 1: MPI_Bcast received 4 × f64 from rank 0 (the root), sent by MPI_Bcast at src/main.rs:9, into 4 × i64: value 0 is f64 but this rank expects i64 (src/main.rs:11)
 //! ```
 //!
-//! Before a blocking collective runs, its ranks exchange what each of them called
+//! Before a collective runs, its ranks exchange what each of them called
 //! ([`Coll`]: the collective, root, operation, source line, and per peer the amount and
 //! signature sent and received) on the communicator's internal context, and each
 //! rank checks what it receives. A different collective, root or operation, or an
@@ -19,17 +19,20 @@
 //! type mismatch does. Reductions compare every rank's contribution with the root's
 //! (rank 0's without a root), so a wrong rank is reported once, by itself.
 //!
-//! Only blocking collectives are checked: waiting for the others at an immediate
-//! collective's start could deadlock a correct program (a nonblocking collective does
-//! not synchronise). Blocking collectives may synchronise, so a correct program
-//! cannot rely on them not to (MPI-3.1 §5.14).
+//! A blocking collective waits for the exchange ([`check`]): it may synchronise, so a
+//! correct program cannot rely on it not to (MPI-3.1 §5.14). An immediate one may not
+//! wait at its start (a nonblocking collective does not synchronise, and waiting
+//! could deadlock a correct program): its exchange starts as a nonblocking
+//! collective of its own ([`start`]) and is read when its request completes, or when
+//! a wait finds it pending ([`settle`]).
 
 use std::fmt::Write;
 
 use super::errors::{report, At};
 use super::types::{self, mismatch, TypeSig};
+use super::Call;
 use crate::datatype::UserDatatype;
-use crate::progress;
+use crate::progress::{self, Done, Key};
 use crate::tools;
 use crate::topology::SimpleCommunicator;
 use crate::trace::format::Op;
@@ -217,7 +220,7 @@ fn senders(c: &Coll, r: usize, size: usize) -> Vec<usize> {
             vec![reference]
         };
     }
-    match (c.op, root) {
+    match (blocking(c.op), root) {
         (Op::Bcast, Some(root)) if r != root => vec![root],
         (Op::Scatter | Op::Scatterv, Some(root)) => vec![root],
         (Op::Gather | Op::Gatherv, Some(root)) if r == root => (0..size).collect(),
@@ -226,7 +229,30 @@ fn senders(c: &Coll, r: usize, size: usize) -> Vec<usize> {
     }
 }
 
-/// Whether two ranks' calls are the same collective.
+/// The blocking collective an immediate one is the nonblocking form of.
+fn blocking(op: Op) -> Op {
+    match op {
+        Op::Ibarrier => Op::Barrier,
+        Op::Ibcast => Op::Bcast,
+        Op::Ireduce => Op::Reduce,
+        Op::Iallreduce => Op::Allreduce,
+        Op::Igather => Op::Gather,
+        Op::Igatherv => Op::Gatherv,
+        Op::Iscatter => Op::Scatter,
+        Op::Iscatterv => Op::Scatterv,
+        Op::Iallgather => Op::Allgather,
+        Op::Iallgatherv => Op::Allgatherv,
+        Op::Ialltoall => Op::Alltoall,
+        Op::Ialltoallv => Op::Alltoallv,
+        Op::IreduceScatterBlock => Op::ReduceScatterBlock,
+        Op::Iscan => Op::Scan,
+        Op::Iexscan => Op::Exscan,
+        op => op,
+    }
+}
+
+/// Whether two ranks' calls are the same collective (a blocking collective never
+/// matches a nonblocking one, MPI-3.1 §5.12).
 fn same_call(a: &Coll, b: &Coll) -> bool {
     a.op == b.op && a.root == b.root && a.reduce == b.reduce
 }
@@ -283,48 +309,167 @@ fn verdict(all: &[Called<'_>], me: usize) -> (Vec<Finding>, bool) {
     (mine, fatal)
 }
 
+/// This rank's call of a collective on `c`, with its encoding, if the check is on
+/// for it: a user's own call (not one inside communicator management or a tool's
+/// traffic), on a live communicator with a root in range (else the call fails as it
+/// is).
+fn begin(
+    c: &SimpleCommunicator,
+    coll: impl FnOnce() -> Coll,
+) -> Option<(Called<'static>, Call, Vec<u8>)> {
+    let call = tools::with(|t| (!t.busy && t.depth == 1).then_some(t.call)).flatten()?;
+    c.check_live().ok()?;
+    let coll = coll();
+    if coll.root.is_some_and(|r| r >= c.size as u32) {
+        return None;
+    }
+    let (file, line) = call.site.map_or(("?", 0), |l| (l.file(), l.line()));
+    let mine = Called { coll, file, line };
+    let mut bytes = Vec::with_capacity(64 + file.len());
+    encode(&mine, &mut bytes);
+    Some((mine, call, bytes))
+}
+
+/// Every rank's call, read from the exchanged bytes (`None`: some rank's call went
+/// unchecked, or did not decode).
+fn read<'b>(bytes: &'b [u8], at: &[std::ops::Range<usize>]) -> Option<Vec<Called<'b>>> {
+    at.iter().map(|r| decode(bytes.get(r.clone())?)).collect()
+}
+
+/// Reports what this rank finds in `all`; whether the job must end.
+fn judge(c: &SimpleCommunicator, all: &[Called<'_>], call: Call) -> bool {
+    let me = c.rank as usize;
+    let (found, fatal) = verdict(all, me);
+    // one report per kind: the first rank, and how many more
+    for kind in 0..3 {
+        let of: Vec<&Finding> = found.iter().filter(|f| f.kind() == kind).collect();
+        if let Some(first) = of.first() {
+            say(c, all, me, first, of.len() - 1, call.into());
+        }
+    }
+    fatal
+}
+
+impl Finding {
+    fn kind(&self) -> u8 {
+        match self {
+            Finding::Call => 0,
+            Finding::Amount { .. } => 1,
+            Finding::Type { .. } => 2,
+        }
+    }
+}
+
+/// Ends the job after a collective that could not run.
+fn end(op: Op) {
+    let what = "the ranks' calls of this collective do not match (RSMPI_CHECK=errors; \
+                the reports above say how)";
+    let _ = progress::try_with(|s| s.fatal(op.name(), &what));
+}
+
 /// Checks the blocking collective `coll` this rank is about to run on `c` against
 /// the other ranks' calls; reports what it finds, and ends the job where the
 /// collective could not run.
 #[cold]
 #[inline(never)]
 pub(crate) fn check(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
-    // a user's own call (not one inside communicator management or a tool's traffic),
-    // on a live communicator with a root in range (else the call fails as it is)
-    let Some(Some(call)) = tools::with(|t| (!t.busy && t.depth == 1).then_some(t.call)) else {
+    let Some((mine, call, bytes)) = begin(c, coll) else {
         return;
     };
-    if c.check_live().is_err() {
-        return;
-    }
-    let coll = coll();
-    if coll.root.is_some_and(|r| r >= c.size as u32) {
-        return;
-    }
-    let (file, line) = call.site.map_or(("?", 0), |l| (l.file(), l.line()));
-    let me = c.rank as usize;
-    let mine = Called { coll, file, line };
-    let mut bytes = Vec::with_capacity(64 + file.len());
-    encode(&mine, &mut bytes);
     let Ok((theirs, at)) = crate::collective::exchange(c, bytes) else {
         return;
     };
-    let all: Option<Vec<Called>> = at.iter().map(|r| decode(&theirs[r.clone()])).collect();
-    let Some(all) = all else {
+    let Some(all) = read(&theirs, &at) else {
         return;
     };
-    let (found, fatal) = verdict(&all, me);
-    for f in &found {
-        say(c, &all, me, f, call.into());
-    }
-    if fatal {
+    if judge(c, &all, call) {
         // every rank ends, after every rank has reported (the first to end the job
         // would stop the others' reports)
         let _ = crate::collective::exchange(c, Vec::new());
-        let what = "the ranks' calls of this collective do not match (RSMPI_CHECK=errors; \
-                    the reports above say how)";
-        let name = all[me].coll.op.name();
-        let _ = progress::try_with(|s| s.fatal(name, &what));
+        end(mine.coll.op);
+    }
+}
+
+/// An immediate collective's check, from its start until its request completes.
+pub(crate) struct Pending {
+    /// The exchange of the ranks' calls, a nonblocking collective of its own.
+    exchange: Key,
+    comm: SimpleCommunicator,
+    op: Op,
+    call: Call,
+}
+
+/// Starts the check of the immediate collective `coll` this rank is about to start
+/// on `c`: the exchange of the ranks' calls starts first, as a nonblocking all-gather
+/// of one slot per rank (a call too long for its slot goes unchecked, on every rank),
+/// and is read when the collective's request completes ([`settle`]). Waiting for the
+/// other ranks here could deadlock a correct program: a nonblocking collective does
+/// not synchronise.
+#[cold]
+#[inline(never)]
+pub(crate) fn start(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
+    let Some((mine, call, bytes)) = begin(c, coll) else {
+        return;
+    };
+    let Ok(exchange) = crate::collective::exchange_start(c, &bytes) else {
+        return;
+    };
+    let p = Pending {
+        exchange,
+        comm: *c,
+        op: mine.coll.op,
+        call,
+    };
+    tools::with(|t| {
+        if let Some(e) = &mut t.errors {
+            e.next_coll = Some(p);
+        }
+    });
+}
+
+/// The immediate collective whose check [`start`] began has the request `user`.
+#[cold]
+#[inline(never)]
+pub(crate) fn started(user: Key) {
+    tools::with(|t| {
+        if let Some(e) = &mut t.errors {
+            if let Some(p) = e.next_coll.take() {
+                e.colls.push((user, p));
+            }
+        }
+    });
+}
+
+/// The immediate collective with request `user` is being waited for or has
+/// completed: its check reads the ranks' calls (waiting for the exchange, which
+/// needs only that every rank has started its collective) and reports.
+#[cold]
+#[inline(never)]
+pub(crate) fn settle(user: Key) {
+    let Some(Some(p)) = tools::with(|t| {
+        let e = t.errors.as_mut()?;
+        let i = e.colls.iter().position(|(k, _)| *k == user)?;
+        Some(e.colls.swap_remove(i).1)
+    }) else {
+        return;
+    };
+    let done = progress::wait(p.exchange);
+    let bytes = progress::with(|s| s.owned_done.remove(&p.exchange));
+    let (Done::Coll(Ok(())), Some(bytes)) = (done, bytes) else {
+        return;
+    };
+    let at = crate::collective::slots(&bytes, p.comm.size as usize);
+    let Some(all) = read(&bytes, &at) else {
+        return;
+    };
+    if judge(&p.comm, &all, p.call) {
+        // the other ranks find the same when their own requests complete, maybe much
+        // later: a rank with nothing to report lets those that have one report first
+        let me = p.comm.rank as usize;
+        if verdict(&all, me).0.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        end(p.op);
     }
 }
 
@@ -363,7 +508,13 @@ fn named(c: &Coll) -> String {
     s
 }
 
-fn say(c: &SimpleCommunicator, all: &[Called<'_>], me: usize, f: &Finding, at: At) {
+/// Reports `f`, and that `more` other ranks send this rank the same kind of error.
+fn say(c: &SimpleCommunicator, all: &[Called<'_>], me: usize, f: &Finding, more: usize, at: At) {
+    let also = match more {
+        0 => String::new(),
+        1 => "; so does 1 more rank".to_string(),
+        n => format!("; so do {n} more ranks"),
+    };
     use super::json_str;
     let mine = &all[me].coll;
     let name = mine.op.name();
@@ -443,9 +594,9 @@ fn say(c: &SimpleCommunicator, all: &[Called<'_>], me: usize, f: &Finding, at: A
             report(
                 "collective-mismatch",
                 at,
-                &sentence,
+                &(sentence + &also),
                 &format!(
-                    ",\"context\":{ctx},\"collective\":{},\"source\":{from},\"sent_bytes\":{},\"received_bytes\":{},\"other\":{}",
+                    ",\"context\":{ctx},\"collective\":{},\"source\":{from},\"more\":{more},\"sent_bytes\":{},\"received_bytes\":{},\"other\":{}",
                     json_str(&named(mine)),
                     sent.bytes,
                     got.bytes,
@@ -486,9 +637,9 @@ fn say(c: &SimpleCommunicator, all: &[Called<'_>], me: usize, f: &Finding, at: A
             report(
                 "type-mismatch",
                 at,
-                &sentence,
+                &(sentence + &also),
                 &format!(
-                    ",\"context\":{ctx},\"source\":{from},\"sent\":{},\"received\":{},\"at\":{i},\"send\":{}",
+                    ",\"context\":{ctx},\"source\":{from},\"more\":{more},\"sent\":{},\"received\":{},\"at\":{i},\"send\":{}",
                     json_str(&shown(sent)),
                     json_str(&shown(got)),
                     peer_json(from)
@@ -517,6 +668,11 @@ fn encode_side(s: &Side, out: &mut Vec<u8>) {
         Side::Same(b) => {
             out.push(1);
             encode_block(b, out);
+        }
+        Side::Each(v) if v.windows(2).all(|w| w[0] == w[1]) && !v.is_empty() => {
+            // the same block for every rank (means the same, travels shorter)
+            out.push(1);
+            encode_block(&v[0], out);
         }
         Side::Each(v) => {
             out.push(2);

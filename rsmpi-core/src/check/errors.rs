@@ -48,6 +48,10 @@ pub(crate) struct Errors {
     /// `requests` is pruned of completed requests when it reaches this size.
     prune_at: usize,
     found: u64,
+    /// The checks of immediate collectives, by request, until it completes
+    /// (`check/coll.rs`); the one of the collective being started.
+    pub colls: Vec<(Key, super::coll::Pending)>,
+    pub next_coll: Option<super::coll::Pending>,
 }
 
 impl Errors {
@@ -59,6 +63,8 @@ impl Errors {
             requests: HashMap::default(),
             prune_at: 1024,
             found: 0,
+            colls: Vec::new(),
+            next_coll: None,
         }
     }
 

@@ -118,35 +118,67 @@ fn lend_input(
     }
 }
 
+/// Bytes of a rank's slot in the collectives' check's exchange: most calls fit (a
+/// few dozen bytes, the file's name, a partition's blocks).
+fn slot_len(size: u32) -> usize {
+    256 + 40 * size as usize
+}
+
+/// A rank's slot: the length of `mine`, and `mine` where it fits.
+fn slot(mine: &[u8], size: u32) -> Vec<u8> {
+    let n = slot_len(size);
+    let mut slot = vec![0u8; n];
+    slot[..8].copy_from_slice(&(mine.len() as u64).to_le_bytes());
+    if mine.len() <= n - 8 {
+        slot[8..8 + mine.len()].copy_from_slice(mine);
+    }
+    slot
+}
+
+/// The lengths in the gathered `slots` of `size` ranks.
+fn slot_lens(slots: &[u8], size: u32) -> Vec<usize> {
+    slots
+        .chunks_exact(slot_len(size))
+        .map(|s| u64::from_le_bytes(s[..8].try_into().expect("8 bytes")) as usize)
+        .collect()
+}
+
+/// Where each rank's bytes are in the gathered slots of `size` ranks; an empty range
+/// past the end for a rank whose bytes did not fit its slot.
+pub(crate) fn slots(all: &[u8], size: usize) -> Vec<std::ops::Range<usize>> {
+    let n = slot_len(size as u32);
+    slot_lens(all, size as u32)
+        .into_iter()
+        .enumerate()
+        .map(|(i, len)| {
+            if len <= n - 8 {
+                i * n + 8..i * n + 8 + len
+            } else {
+                all.len() + 1..all.len() + 1
+            }
+        })
+        .collect()
+}
+
 /// Every rank's `mine`, for the collectives' check (`check/coll.rs`): the bytes, and
 /// where each rank's are in them, in rank order. An all-gather on the communicator's
-/// internal context of a fixed slot per rank (the length, and the bytes where they
-/// fit), then, only if some rank's bytes did not fit, an all-gather of everyone's
-/// bytes. Neither is a flush point of the tracer.
+/// internal context of a slot per rank (the length, and the bytes where they fit),
+/// then, only if some rank's bytes did not fit, an all-gather of everyone's bytes.
+/// Neither is a flush point of the tracer.
 pub(crate) fn exchange(
     c: &SimpleCommunicator,
     mine: Vec<u8>,
 ) -> Result<(Vec<u8>, Vec<std::ops::Range<usize>>)> {
-    /// Bytes of a slot: most calls fit (a few dozen bytes and the file's name).
-    const SLOT: usize = 256;
     let (rank, size) = me(c);
     let quiet = |sched, input| drive(c, sched, exec::Input::Owned(input), no_op(), None, false);
-    let mut slot = vec![0u8; SLOT];
-    slot[..8].copy_from_slice(&(mine.len() as u64).to_le_bytes());
-    if mine.len() <= SLOT - 8 {
-        slot[8..8 + mine.len()].copy_from_slice(&mine);
-    }
-    let slots = quiet(sched::allgather(rank, size, SLOT), slot)?;
-    let lens: Vec<usize> = slots
-        .chunks_exact(SLOT)
-        .map(|s| u64::from_le_bytes(s[..8].try_into().expect("8 bytes")) as usize)
-        .collect();
-    if lens.iter().all(|&n| n <= SLOT - 8) {
-        let at = lens
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| i * SLOT + 8..i * SLOT + 8 + n);
-        return Ok((slots, at.collect()));
+    let slots = quiet(
+        sched::allgather(rank, size, slot_len(size)),
+        slot(&mine, size),
+    )?;
+    let lens = slot_lens(&slots, size);
+    if lens.iter().all(|&n| n <= slot_len(size) - 8) {
+        let at = self::slots(&slots, size as usize);
+        return Ok((slots, at));
     }
     let all = quiet(sched::allgatherv(rank, size, &lens), mine)?;
     let mut from = 0;
@@ -158,6 +190,15 @@ pub(crate) fn exchange(
         })
         .collect();
     Ok((all, at))
+}
+
+/// Starts the exchange of the collectives' check for an immediate collective: the
+/// all-gather of one slot per rank, as a nonblocking collective (read its result
+/// with [`slots`]).
+pub(crate) fn exchange_start(c: &SimpleCommunicator, mine: &[u8]) -> Result<Key> {
+    let (rank, size) = me(c);
+    let sched = sched::allgather(rank, size, slot_len(size));
+    start(c, sched, slot(mine, size), ExecOp::None)
 }
 
 /// Runs a schedule to completion (`flush`: the end is a flush point of the tracer).
@@ -232,6 +273,9 @@ fn request<'a, D: ?Sized, Sc>(
     // user operations of immediate collectives run in `post` (see `defer_user`)
     debug_assert!(p.op.1.is_none(), "an immediate collective lends no reducer");
     let key = start(comm, p.sched, owned(p.input), p.op.0)?;
+    if crate::check::types::wanted() {
+        crate::check::coll::started(key);
+    }
     let mut r = Request::new(Pending::new(key, 0, 0, comm.ctx), data);
     r.coll_post = post;
     Ok(r)
@@ -326,6 +370,15 @@ fn checked(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
     }
 }
 
+/// [`checked`] for an immediate collective: the check starts with it and reads the
+/// other ranks' calls when its request completes.
+#[inline(always)]
+fn later(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
+    if crate::check::types::wanted() {
+        crate::check::coll::start(c, coll);
+    }
+}
+
 /// What a send buffer holds, as the check compares it.
 fn sent<S: Buffer + ?Sized>(s: &S) -> Block {
     Block::of(&s.rsmpi_datatype(), s.rsmpi_count())
@@ -336,29 +389,129 @@ fn held<R: BufferMut + ?Sized>(r: &R) -> Block {
     Block::of(&r.rsmpi_datatype(), r.rsmpi_count())
 }
 
-/// A receive buffer where rank i's block lands at i times this rank's own block,
-/// with room to spare allowed (gathers, all-to-all).
-fn room(buf: Block) -> Side {
-    Side::Room { buf, by_rank: true }
-}
+/// The calls as the check describes them, one per shape, for the blocking and the
+/// immediate form alike (`op` says which).
+mod call {
+    use super::{held, sent, Block, Buffer, BufferMut, Coll, Count, MpiOp, Rank, Side};
+    use crate::datatype::{PartitionedBuffer, PartitionedBufferMut, UserDatatype};
 
-/// A scatter root's receive buffer: its block from itself, with room to spare
-/// allowed (the other ranks receive exactly their buffer).
-fn at_start(buf: Block) -> Side {
-    Side::Room {
-        buf,
-        by_rank: false,
+    /// A receive buffer where rank i's block lands at i times this rank's own block,
+    /// with room to spare allowed (gathers, all-to-all).
+    fn room(buf: Block) -> Side {
+        Side::Room { buf, by_rank: true }
     }
-}
 
-/// A partition's blocks, rank by rank.
-fn blocks(dt: &UserDatatype, counts: &[Count]) -> Side {
-    Side::Each(
-        counts
-            .iter()
-            .map(|&n| Block::of(dt, n.max(0) as usize))
-            .collect(),
-    )
+    /// A scatter root's receive buffer: its block from itself, with room to spare
+    /// allowed (the other ranks receive exactly their buffer).
+    fn at_start(buf: Block) -> Side {
+        Side::Room {
+            buf,
+            by_rank: false,
+        }
+    }
+
+    /// A partition's blocks, rank by rank.
+    fn blocks(dt: &UserDatatype, counts: &[Count]) -> Side {
+        Side::Each(
+            counts
+                .iter()
+                .map(|&n| Block::of(dt, n.max(0) as usize))
+                .collect(),
+        )
+    }
+
+    fn rooted(op: MpiOp, root: Rank, send: Side, recv: Side) -> Coll {
+        Coll::moving(op, Some(root as u32), send, recv)
+    }
+
+    pub fn barrier(op: MpiOp) -> Coll {
+        Coll::moving(op, None, Side::Nothing, Side::Nothing)
+    }
+
+    pub fn all_gather<S: Buffer + ?Sized, R: BufferMut + ?Sized>(op: MpiOp, s: &S, r: &R) -> Coll {
+        Coll::moving(op, None, Side::Same(sent(s)), room(held(r)))
+    }
+
+    pub fn all_gather_in_place<R: BufferMut + ?Sized>(op: MpiOp, buf: &R) -> Coll {
+        let b = held(buf);
+        Coll::moving(op, None, Side::Split(b.clone()), Side::Split(b))
+    }
+
+    pub fn all_gather_varcount<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        op: MpiOp,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        let r = blocks(&r.rsmpi_datatype(), r.counts());
+        Coll::moving(op, None, Side::Same(sent(s)), r)
+    }
+
+    pub fn all_to_all<S: Buffer + ?Sized, R: BufferMut + ?Sized>(op: MpiOp, s: &S, r: &R) -> Coll {
+        Coll::moving(op, None, Side::Split(sent(s)), room(held(r)))
+    }
+
+    pub fn all_to_all_varcount<S: PartitionedBuffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        op: MpiOp,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        let s = blocks(&s.rsmpi_datatype(), s.counts());
+        let r = blocks(&r.rsmpi_datatype(), r.counts());
+        Coll::moving(op, None, s, r)
+    }
+
+    pub fn broadcast<B: BufferMut + ?Sized>(op: MpiOp, root: Rank, buf: &B) -> Coll {
+        let b = held(buf);
+        rooted(op, root, Side::Same(b.clone()), Side::Same(b))
+    }
+
+    /// A gather's rank that is not the root.
+    pub fn to_root<S: Buffer + ?Sized>(op: MpiOp, root: Rank, s: &S) -> Coll {
+        rooted(op, root, Side::Same(sent(s)), Side::Nothing)
+    }
+
+    pub fn gather_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        op: MpiOp,
+        root: Rank,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        rooted(op, root, Side::Same(sent(s)), room(held(r)))
+    }
+
+    pub fn gather_varcount_root<S: Buffer + ?Sized, R: PartitionedBufferMut + ?Sized>(
+        op: MpiOp,
+        root: Rank,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        let r = blocks(&r.rsmpi_datatype(), r.counts());
+        rooted(op, root, Side::Same(sent(s)), r)
+    }
+
+    /// A scatter's rank that is not the root.
+    pub fn from_root<R: BufferMut + ?Sized>(op: MpiOp, root: Rank, r: &R) -> Coll {
+        rooted(op, root, Side::Nothing, Side::Same(held(r)))
+    }
+
+    pub fn scatter_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        op: MpiOp,
+        root: Rank,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        rooted(op, root, Side::Split(sent(s)), at_start(held(r)))
+    }
+
+    pub fn scatter_varcount_root<S: PartitionedBuffer + ?Sized, R: BufferMut + ?Sized>(
+        op: MpiOp,
+        root: Rank,
+        s: &S,
+        r: &R,
+    ) -> Coll {
+        let s = blocks(&s.rsmpi_datatype(), s.counts());
+        rooted(op, root, s, at_start(held(r)))
+    }
 }
 
 /// A reduction with `op` of this rank's `contribution`.
@@ -796,9 +949,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn barrier(&self) {
         let _t = crate::tools::call(crate::trace::format::Op::Barrier);
         let c = self.rsmpi_comm();
-        checked(&c, || {
-            Coll::moving(MpiOp::Barrier, None, Side::Nothing, Side::Nothing)
-        });
+        checked(&c, || call::barrier(MpiOp::Barrier));
         let (rank, size) = me(&c);
         run(
             &c,
@@ -819,14 +970,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Allgather,
-                None,
-                Side::Same(sent(sendbuf)),
-                room(held(recvbuf)),
-            )
-        });
+        checked(&c, || call::all_gather(MpiOp::Allgather, sendbuf, recvbuf));
         plan_all_gather(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_gather", e))
@@ -837,15 +981,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn all_gather_in_place<R: BufferMut + ?Sized>(&self, buf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Allgather);
         let c = self.rsmpi_comm();
-        checked(&c, || {
-            let b = held(buf);
-            Coll::moving(
-                MpiOp::Allgather,
-                None,
-                Side::Split(b.clone()),
-                Side::Split(b),
-            )
-        });
+        checked(&c, || call::all_gather_in_place(MpiOp::Allgather, buf));
         let mut f = || -> Result<()> {
             let all = buf.rsmpi_read()?;
             let size = c.size as usize;
@@ -878,8 +1014,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Allgatherv);
         let c = self.rsmpi_comm();
         checked(&c, || {
-            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
-            Coll::moving(MpiOp::Allgatherv, None, Side::Same(sent(sendbuf)), r)
+            call::all_gather_varcount(MpiOp::Allgatherv, sendbuf, recvbuf)
         });
         plan_all_gather_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
@@ -896,14 +1031,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) {
         let _t = crate::tools::call(crate::trace::format::Op::Alltoall);
         let c = self.rsmpi_comm();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Alltoall,
-                None,
-                Side::Split(sent(sendbuf)),
-                room(held(recvbuf)),
-            )
-        });
+        checked(&c, || call::all_to_all(MpiOp::Alltoall, sendbuf, recvbuf));
         plan_all_to_all(&c, sendbuf, recvbuf)
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("all_to_all", e))
@@ -919,9 +1047,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Alltoallv);
         let c = self.rsmpi_comm();
         checked(&c, || {
-            let s = blocks(&sendbuf.rsmpi_datatype(), sendbuf.counts());
-            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
-            Coll::moving(MpiOp::Alltoallv, None, s, r)
+            call::all_to_all_varcount(MpiOp::Alltoallv, sendbuf, recvbuf)
         });
         plan_all_to_all_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| finish_blocks(&c, p, recvbuf))
@@ -1087,6 +1213,7 @@ pub trait CommunicatorCollectives: Communicator {
     fn immediate_barrier(&self) -> Request<'static, (), StaticScope> {
         let _t = crate::tools::call(crate::trace::format::Op::Ibarrier);
         let c = self.rsmpi_comm();
+        later(&c, || call::barrier(MpiOp::Ibarrier));
         let (rank, size) = me(&c);
         let p = Plan {
             sched: sched::barrier(rank, size),
@@ -1112,6 +1239,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iallgather);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || call::all_gather(MpiOp::Iallgather, sendbuf, recvbuf));
         plan_all_gather(&c, sendbuf, recvbuf)
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("iallgather", e))
@@ -1133,6 +1261,9 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iallgatherv);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || {
+            call::all_gather_varcount(MpiOp::Iallgatherv, sendbuf, recvbuf)
+        });
         plan_all_gather_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| into_request_blocks(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("iallgatherv", e))
@@ -1154,6 +1285,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Ialltoall);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || call::all_to_all(MpiOp::Ialltoall, sendbuf, recvbuf));
         plan_all_to_all(&c, sendbuf, recvbuf)
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("ialltoall", e))
@@ -1175,6 +1307,9 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Ialltoallv);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || {
+            call::all_to_all_varcount(MpiOp::Ialltoallv, sendbuf, recvbuf)
+        });
         plan_all_to_all_varcount(&c, sendbuf, recvbuf)
             .and_then(|p| into_request_blocks(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("ialltoallv", e))
@@ -1198,6 +1333,9 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iallreduce);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || {
+            reduction(MpiOp::Iallreduce, None, &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, e, com| {
             sched::allreduce(rank, size, len, e, com)
@@ -1227,6 +1365,9 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::IreduceScatterBlock);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || {
+            reduction(MpiOp::IreduceScatterBlock, None, &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         let f = move || -> Result<Request<'a, R, Sc>> {
             let p = plan_reduction(sendbuf, op, |len, e, com| {
@@ -1257,6 +1398,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iscan);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || reduction(MpiOp::Iscan, None, &op, sent(sendbuf)));
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::scan(rank, size, len))
             .and_then(|p| {
@@ -1284,6 +1426,7 @@ pub trait CommunicatorCollectives: Communicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iexscan);
         let _ = scope;
         let c = self.rsmpi_comm();
+        later(&c, || reduction(MpiOp::Iexscan, None, &op, sent(sendbuf)));
         let (rank, size) = me(&c);
         plan_reduction(sendbuf, op, |len, _, _| sched::exscan(rank, size, len))
             .and_then(|p| {
@@ -1321,15 +1464,7 @@ pub trait Root: AsCommunicator {
     fn broadcast_into<Buf: BufferMut + ?Sized>(&self, buffer: &mut Buf) {
         let _t = crate::tools::call(crate::trace::format::Op::Bcast);
         let (c, root) = self.rsmpi_root();
-        checked(&c, || {
-            let b = held(buffer);
-            Coll::moving(
-                MpiOp::Bcast,
-                Some(root as u32),
-                Side::Same(b.clone()),
-                Side::Same(b),
-            )
-        });
+        checked(&c, || call::broadcast(MpiOp::Bcast, root, buffer));
         let e = elem(&buffer.rsmpi_datatype());
         if let Some(bytes) = buffer.rsmpi_direct() {
             // the buffer itself is the schedule's: the root's data leaves from it and
@@ -1353,14 +1488,7 @@ pub trait Root: AsCommunicator {
     fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Gather,
-                Some(root as u32),
-                Side::Same(sent(sendbuf)),
-                Side::Nothing,
-            )
-        });
+        checked(&c, || call::to_root(MpiOp::Gather, root, sendbuf));
         plan_gather(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather", e))
@@ -1376,13 +1504,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Gather);
         let (c, root) = self.rsmpi_root();
         checked(&c, || {
-            let r = room(held(recvbuf));
-            Coll::moving(
-                MpiOp::Gather,
-                Some(root as u32),
-                Side::Same(sent(sendbuf)),
-                r,
-            )
+            call::gather_root(MpiOp::Gather, root, sendbuf, recvbuf)
         });
         plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
             .and_then(|p| finish_into(&c, p, recvbuf))
@@ -1394,14 +1516,7 @@ pub trait Root: AsCommunicator {
     fn gather_varcount_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Gatherv,
-                Some(root as u32),
-                Side::Same(sent(sendbuf)),
-                Side::Nothing,
-            )
-        });
+        checked(&c, || call::to_root(MpiOp::Gatherv, root, sendbuf));
         plan_gatherv(&c, root, sendbuf, None)
             .and_then(|p| run(&c, p.sched, p.input, p.op).map(recycle))
             .unwrap_or_else(|e| fail("gather_varcount", e))
@@ -1417,13 +1532,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Gatherv);
         let (c, root) = self.rsmpi_root();
         checked(&c, || {
-            let r = blocks(&recvbuf.rsmpi_datatype(), recvbuf.counts());
-            Coll::moving(
-                MpiOp::Gatherv,
-                Some(root as u32),
-                Side::Same(sent(sendbuf)),
-                r,
-            )
+            call::gather_varcount_root(MpiOp::Gatherv, root, sendbuf, recvbuf)
         });
         let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
         plan_gatherv(&c, root, sendbuf, Some(counts))
@@ -1436,14 +1545,7 @@ pub trait Root: AsCommunicator {
     fn scatter_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Scatter,
-                Some(root as u32),
-                Side::Nothing,
-                Side::Same(held(recvbuf)),
-            )
-        });
+        checked(&c, || call::from_root(MpiOp::Scatter, root, recvbuf));
         plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("scatter", e))
@@ -1459,13 +1561,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Scatter);
         let (c, root) = self.rsmpi_root();
         checked(&c, || {
-            let s = Side::Split(sent(sendbuf));
-            Coll::moving(
-                MpiOp::Scatter,
-                Some(root as u32),
-                s,
-                at_start(held(recvbuf)),
-            )
+            call::scatter_root(MpiOp::Scatter, root, sendbuf, recvbuf)
         });
         sendbuf
             .rsmpi_send()
@@ -1479,14 +1575,7 @@ pub trait Root: AsCommunicator {
     fn scatter_varcount_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
         let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
-        checked(&c, || {
-            Coll::moving(
-                MpiOp::Scatterv,
-                Some(root as u32),
-                Side::Nothing,
-                Side::Same(held(recvbuf)),
-            )
-        });
+        checked(&c, || call::from_root(MpiOp::Scatterv, root, recvbuf));
         plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| finish_into(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("scatter_varcount", e))
@@ -1502,13 +1591,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Scatterv);
         let (c, root) = self.rsmpi_root();
         checked(&c, || {
-            let s = blocks(&sendbuf.rsmpi_datatype(), sendbuf.counts());
-            Coll::moving(
-                MpiOp::Scatterv,
-                Some(root as u32),
-                s,
-                at_start(held(recvbuf)),
-            )
+            call::scatter_varcount_root(MpiOp::Scatterv, root, sendbuf, recvbuf)
         });
         let mut f = || -> Result<()> {
             let v = pack_blocks(sendbuf, c.size as usize)?;
@@ -1597,6 +1680,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Ibcast);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || call::broadcast(MpiOp::Ibcast, root, buf));
         plan_bcast(&c, root, buf)
             .and_then(|p| into_request(&c, p, buf))
             .unwrap_or_else(|e| fail("ibcast", e))
@@ -1612,6 +1696,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Igather);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || call::to_root(MpiOp::Igather, root, sendbuf));
         plan_gather(&c, root, sendbuf, None)
             .and_then(|p| send_only_request(&c, p, sendbuf))
             .unwrap_or_else(|e| fail("igather", e))
@@ -1633,6 +1718,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Igather);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            call::gather_root(MpiOp::Igather, root, sendbuf, recvbuf)
+        });
         plan_gather(&c, root, sendbuf, Some(recvbuf.rsmpi_capacity()))
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("igather", e))
@@ -1652,6 +1740,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Igatherv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || call::to_root(MpiOp::Igatherv, root, sendbuf));
         plan_gatherv(&c, root, sendbuf, None)
             .and_then(|p| send_only_request(&c, p, sendbuf))
             .unwrap_or_else(|e| fail("igatherv", e))
@@ -1673,6 +1762,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Igatherv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            call::gather_varcount_root(MpiOp::Igatherv, root, sendbuf, recvbuf)
+        });
         let counts = byte_counts(recvbuf.counts(), &recvbuf.rsmpi_datatype());
         plan_gatherv(&c, root, sendbuf, Some(counts))
             .and_then(|p| into_request_blocks(&c, p, recvbuf))
@@ -1689,6 +1781,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iscatter);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || call::from_root(MpiOp::Iscatter, root, recvbuf));
         plan_scatter(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("iscatter", e))
@@ -1710,6 +1803,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iscatter);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            call::scatter_root(MpiOp::Iscatter, root, sendbuf, recvbuf)
+        });
         sendbuf
             .rsmpi_send()
             .and_then(|s| plan_scatter(&c, root, Some(owned(s)), recvbuf.rsmpi_capacity()))
@@ -1731,6 +1827,7 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iscatterv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || call::from_root(MpiOp::Iscatterv, root, recvbuf));
         plan_scatterv(&c, root, None, recvbuf.rsmpi_capacity())
             .and_then(|p| into_request(&c, p, recvbuf))
             .unwrap_or_else(|e| fail("iscatterv", e))
@@ -1752,6 +1849,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Iscatterv);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            call::scatter_varcount_root(MpiOp::Iscatterv, root, sendbuf, recvbuf)
+        });
         let p = pack_blocks(sendbuf, c.size as usize).and_then(|v| {
             let counts = byte_counts(sendbuf.counts(), &sendbuf.rsmpi_datatype());
             plan_scatterv(&c, root, Some((v, counts)), recvbuf.rsmpi_capacity())
@@ -1776,6 +1876,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Ireduce);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            reduction(MpiOp::Ireduce, Some(root), &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
@@ -1807,6 +1910,9 @@ pub trait Root: AsCommunicator {
         let _t = crate::tools::call(crate::trace::format::Op::Ireduce);
         let _ = scope;
         let (c, root) = self.rsmpi_root();
+        later(&c, || {
+            reduction(MpiOp::Ireduce, Some(root), &op, sent(sendbuf))
+        });
         let (rank, size) = me(&c);
         check_root(&c, root)
             .and_then(|root| {
