@@ -355,6 +355,7 @@ pub(crate) fn cancel(key: Key) {
     })
 }
 
+#[inline]
 pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
     match d {
         Done::Recv(RecvOutcome::Received {
@@ -369,7 +370,15 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
                     capacity,
                 });
             }
-            if elem > 0 && len % elem as u64 != 0 {
+            // a whole number of elements (most element sizes are powers of two: no
+            // division on the per-message path)
+            let e = elem as u64;
+            let whole = match e {
+                0 | 1 => true,
+                e if e.is_power_of_two() => len & (e - 1) == 0,
+                e => len % e == 0,
+            };
+            if !whole {
                 return Err(Error::Count { len, size: elem });
             }
             let source = if source == crate::PROC_NULL as u32 {

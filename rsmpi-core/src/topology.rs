@@ -394,7 +394,9 @@ impl SimpleCommunicator {
         progress::try_with(|s| self.check_rank_in(s, r))?
     }
 
-    /// `check_rank` on the library state the caller already holds.
+    /// `check_rank` on the library state the caller already holds (inlined: on the
+    /// per-message path its `Result` would otherwise go through memory).
+    #[inline(always)]
     pub(crate) fn check_rank_in(&self, s: &progress::State, r: Rank) -> Result<Option<u32>> {
         let ctx = self.ctx & !INTERNAL;
         if !s.freed.is_empty() && s.freed.contains(&ctx) {

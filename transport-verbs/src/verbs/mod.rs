@@ -343,10 +343,13 @@ impl VerbsTransport {
     }
 
     fn peer(&mut self, p: Rank) -> Result<&mut Peer, TransportError> {
+        // the error built only when needed: `ok_or` would drop one per call, through
+        // its drop glue (as in the shared-memory transport's `try_send`)
+        #[allow(clippy::unnecessary_lazy_evaluations)]
         let peer = self
             .peers
             .get_mut(p as usize)
-            .ok_or(TransportError::NoSuchRank(p))?;
+            .ok_or_else(|| TransportError::NoSuchRank(p))?;
         match &peer.failed {
             Some(e) => Err(copy_err(e)),
             None => Ok(peer),
