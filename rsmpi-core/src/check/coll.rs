@@ -336,8 +336,16 @@ fn read<'b>(bytes: &'b [u8], at: &[std::ops::Range<usize>]) -> Option<Vec<Called
     at.iter().map(|r| decode(bytes.get(r.clone())?)).collect()
 }
 
-/// Reports what this rank finds in `all`; whether the job must end.
-fn judge(c: &SimpleCommunicator, all: &[Called<'_>], call: Call) -> bool {
+/// What [`judge`] decided at this rank.
+struct Judged {
+    /// The job must end (the same answer on every rank).
+    fatal: bool,
+    /// This rank reported something.
+    reported: bool,
+}
+
+/// Reports what this rank finds in `all`.
+fn judge(c: &SimpleCommunicator, all: &[Called<'_>], call: Call) -> Judged {
     let me = c.rank as usize;
     let (found, fatal) = verdict(all, me);
     // one report per kind: the first rank, and how many more
@@ -347,7 +355,10 @@ fn judge(c: &SimpleCommunicator, all: &[Called<'_>], call: Call) -> bool {
             say(c, all, me, first, of.len() - 1, call.into());
         }
     }
-    fatal
+    Judged {
+        fatal,
+        reported: !found.is_empty(),
+    }
 }
 
 impl Finding {
@@ -382,7 +393,7 @@ pub(crate) fn check(c: &SimpleCommunicator, coll: impl FnOnce() -> Coll) {
     let Some(all) = read(&theirs, &at) else {
         return;
     };
-    if judge(c, &all, call) {
+    if judge(c, &all, call).fatal {
         // every rank ends, after every rank has reported (the first to end the job
         // would stop the others' reports)
         let _ = crate::collective::exchange(c, Vec::new());
@@ -462,11 +473,11 @@ pub(crate) fn settle(user: Key) {
     let Some(all) = read(&bytes, &at) else {
         return;
     };
-    if judge(&p.comm, &all, p.call) {
+    let judged = judge(&p.comm, &all, p.call);
+    if judged.fatal {
         // the other ranks find the same when their own requests complete, maybe much
         // later: a rank with nothing to report lets those that have one report first
-        let me = p.comm.rank as usize;
-        if verdict(&all, me).0.is_empty() {
+        if !judged.reported {
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
         end(p.op);
