@@ -45,7 +45,8 @@ pub enum Output {
     },
     /// Copy `data` (already cut to the receive's capacity) into `recv`'s buffer.
     CopyIn { recv: RecvId, data: Vec<u8> },
-    /// A receive completed (after its data was delivered by earlier outputs).
+    /// A receive completed (after its data was delivered by earlier outputs, or by
+    /// the [`Deliver`] that [`Engine::handle`] returned without its completion).
     RecvDone { recv: RecvId, outcome: RecvOutcome },
     /// A send completed.
     SendDone { send: SendId, outcome: SendOutcome },
@@ -69,6 +70,13 @@ pub struct Deliver {
     pub recv: RecvId,
     /// Byte range of the incoming message (already cut to the receive's capacity).
     pub range: Range<usize>,
+    /// The receive's completion, handed back with its payload: when `Some`, the
+    /// receive is complete once the driver has copied `range`, and no
+    /// [`Output::RecvDone`] follows for it. The engine hands it back only when no
+    /// output was queued before it, so the driver sees completions in the order the
+    /// queue would have given them; otherwise it is `None` and the `RecvDone` comes
+    /// through the queue.
+    pub done: Option<RecvOutcome>,
 }
 
 /// A receive to post.
@@ -1046,7 +1054,9 @@ impl Engine {
 
     /// Processes one incoming control message (`bytes` = header + payload) from `from`.
     /// If it carries a payload for a posted receive, returns where to copy it from;
-    /// the driver copies it before releasing the message and before draining outputs.
+    /// the driver copies it before releasing the message and before draining outputs,
+    /// and completes the receive then if the delivery carries its completion
+    /// ([`Deliver::done`]).
     #[inline]
     pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
         self.known(from)?;
@@ -1187,11 +1197,17 @@ impl Engine {
                     }
                     match body {
                         Body::Eager => {
+                            // the completion goes back with the payload unless an
+                            // output waits before it (the common case: no queue)
+                            let done = self.out.is_empty().then_some(outcome);
+                            if done.is_none() {
+                                self.out.push_back(Output::RecvDone { recv: r, outcome });
+                            }
                             deliver = Some(Deliver {
                                 recv: r,
                                 range: hl..hl + dlen as usize,
+                                done,
                             });
-                            self.out.push_back(Output::RecvDone { recv: r, outcome });
                         }
                         Body::Rndv(src) | Body::GetNow(src) => {
                             self.start_get(r, from, i, src, dlen, outcome);
@@ -1279,6 +1295,7 @@ impl Engine {
                     deliver = Some(Deliver {
                         recv: r,
                         range: hl..hl + len as usize,
+                        done: None,
                     });
                 }
                 self.finish_recv(

@@ -442,6 +442,10 @@ impl World {
             if let Some(d) = d {
                 let addr = self.recv_addr[&(to, d.recv)];
                 self.write(to, addr, &bytes[d.range]);
+                // a completion handed back with the payload, after the copy
+                if let Some(outcome) = d.done {
+                    self.events.push(Event::Recv(to, d.recv, outcome));
+                }
             }
         });
         self.drain(to);

@@ -246,6 +246,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         registers: caps.registers,
         exposures: Default::default(),
         pending_gets: Default::default(),
+        unexpose_later: Vec::new(),
         tools: None,
     })?;
     let u = Universe {

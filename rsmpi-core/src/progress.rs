@@ -200,6 +200,34 @@ impl RecvTable {
         }
     }
 
+    /// Copies `data` into pending receive `id`'s buffer and, given its completion
+    /// (`done`), completes it in the same slot: one lookup for both. Where its message
+    /// went when it completed (as [`RecvTable::complete`]); `Err` if the receive has
+    /// no buffer here.
+    #[inline]
+    pub fn deliver(
+        &mut self,
+        id: RecvId,
+        regions: &mut Regions,
+        data: &[u8],
+        done: Option<RecvOutcome>,
+    ) -> std::result::Result<Option<RecvDst>, ()> {
+        let Some(slot) = self.0.get_mut(&id) else {
+            return Err(());
+        };
+        let RecvSlot::Pending(dst) = slot else {
+            return Err(());
+        };
+        let into = dst.bytes(regions).ok_or(())?;
+        into[..data.len()].copy_from_slice(data);
+        Ok(
+            done.and_then(|o| match std::mem::replace(slot, RecvSlot::Done(o)) {
+                RecvSlot::Pending(d) => Some(d),
+                RecvSlot::Done(_) => None,
+            }),
+        )
+    }
+
     /// The result of receive `id`, taken out, if it is complete.
     #[inline(always)]
     pub fn take_done(&mut self, id: RecvId) -> Option<RecvOutcome> {
@@ -284,6 +312,68 @@ pub(crate) struct State {
     pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
     /// The built-in tools, while any is on (`crate::tools`).
     pub tools: Option<Box<crate::tools::Tools>>,
+    /// Receives completed inside a poll whose exposure is undone after it (only
+    /// where the transport registers memory).
+    pub unexpose_later: Vec<Key>,
+}
+
+/// What completing a receive touches, borrowed apart from the engine and the
+/// transport, which a poll holds: a receive whose completion the engine hands back
+/// with its payload ([`matching::Deliver::done`]) completes inside the poll, with no
+/// trip through the engine's output queue.
+pub(crate) struct Finish<'a> {
+    recvs: &'a mut RecvTable,
+    regions: &'a mut Regions,
+    by_region: &'a mut ByRegion,
+    owned_done: &'a mut HashMap<Key, Vec<u8>>,
+    tools: &'a mut Option<Box<crate::tools::Tools>>,
+    registers: bool,
+    unexpose_later: &'a mut Vec<Key>,
+}
+
+impl Finish<'_> {
+    /// Copies a delivery's payload (`data`, its range of the message) into its
+    /// receive's buffer; completes the receive if the delivery carries its completion.
+    #[inline]
+    fn deliver(&mut self, d: matching::Deliver, data: &[u8]) -> std::result::Result<(), String> {
+        let dst = self
+            .recvs
+            .deliver(d.recv, self.regions, data, d.done)
+            .map_err(|()| format!("no buffer for receive {:?}", d.recv))?;
+        if let Some(outcome) = d.done {
+            self.finished(d.recv, outcome, dst);
+        }
+        Ok(())
+    }
+
+    /// Receive `recv` completed with `outcome` (its slot already holds it); `dst` is
+    /// where its message went.
+    #[inline(always)]
+    fn finished(&mut self, recv: RecvId, outcome: RecvOutcome, dst: Option<RecvDst>) {
+        if let Some(t) = self.tools.as_deref_mut() {
+            t.received(recv, &outcome);
+        }
+        match dst {
+            Some(RecvDst::Region(r)) => self.by_region.remove(&r),
+            Some(RecvDst::Slice(..)) | None => {}
+            Some(RecvDst::Owned(v)) => self.owned(recv, outcome, v),
+        }
+        if self.registers {
+            self.unexpose_later.push(Key::Recv(recv));
+        }
+    }
+
+    /// A receive into the library's own buffer completed: its data is kept until its
+    /// request collects it (collectives; off the user's message path).
+    #[inline(never)]
+    fn owned(&mut self, recv: RecvId, outcome: RecvOutcome, mut v: Vec<u8>) {
+        let len = match outcome {
+            RecvOutcome::Received { len, .. } => len as usize,
+            RecvOutcome::Cancelled => 0,
+        };
+        v.truncate(len);
+        self.owned_done.insert(Key::Recv(recv), v);
+    }
 }
 
 /// The token of a one-sided operation: a send's put or a transfer's read.
@@ -378,33 +468,68 @@ impl State {
         n > 0
     }
 
-    fn poll_incoming(&mut self) -> usize {
+    /// The engine, the transport, and the rest that completing a receive touches,
+    /// borrowed apart.
+    #[inline(always)]
+    fn parts(&mut self) -> (&mut Engine, &mut dyn Transport, Finish<'_>) {
         let State {
             engine,
             transport,
             regions,
             recvs,
+            by_region,
+            owned_done,
+            tools,
+            registers,
+            unexpose_later,
             ..
         } = self;
+        let fin = Finish {
+            recvs,
+            regions,
+            by_region,
+            owned_done,
+            tools,
+            registers: *registers,
+            unexpose_later,
+        };
+        (engine, &mut **transport, fin)
+    }
+
+    /// Undoes the exposures of receives that completed inside a poll.
+    #[inline]
+    fn unexpose_finished(&mut self) {
+        if !self.unexpose_later.is_empty() {
+            for k in std::mem::take(&mut self.unexpose_later) {
+                self.unexpose(k);
+            }
+        }
+    }
+
+    fn poll_incoming(&mut self) -> usize {
+        let (engine, transport, mut fin) = self.parts();
         let mut err = None;
         let res = transport.poll_incoming(32, &mut |from, msg| {
             let bytes = match msg {
                 Incoming::Whole(bytes) => bytes,
-                Incoming::Arriving(a) => match Self::arriving(engine, recvs, regions, from, a) {
+                Incoming::Arriving(a) => match Self::arriving(engine, &mut fin, from, a) {
                     Ok(Some(bytes)) => bytes,
                     Ok(None) => return,
                     Err(e) => return err = Some(e),
                 },
             };
             match engine.handle(from, bytes) {
-                Ok(Some(d)) => match recvs.dst_mut(d.recv).and_then(|r| r.bytes(regions)) {
-                    Some(dst) => dst[..d.range.len()].copy_from_slice(&bytes[d.range]),
-                    None => err = Some(format!("no buffer for receive {:?}", d.recv)),
-                },
+                Ok(Some(d)) => {
+                    let data = &bytes[d.range.clone()];
+                    if let Err(e) = fin.deliver(d, data) {
+                        err = Some(e);
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => err = Some(e.to_string()),
             }
         });
+        self.unexpose_finished();
         if let Some(e) = err {
             self.fatal("progress", &e);
         }
@@ -420,8 +545,7 @@ impl State {
     #[inline(never)]
     fn arriving<'a>(
         engine: &mut Engine,
-        recvs: &mut RecvTable,
-        regions: &mut Regions,
+        fin: &mut Finish<'_>,
         from: Rank,
         a: &'a mut dyn Arriving,
     ) -> std::result::Result<Option<&'a [u8]>, String> {
@@ -431,12 +555,17 @@ impl State {
         let Some(d) = early else {
             return a.whole().map(Some).map_err(|e| e.to_string());
         };
-        let Some(dst) = recvs.dst_mut(d.recv).and_then(|r| r.bytes(regions)) else {
+        let Some(dst) = fin.recvs.dst_mut(d.recv).and_then(|r| r.bytes(fin.regions)) else {
             return Err(format!("no buffer for receive {:?}", d.recv));
         };
         a.copy_out(d.range.start, &mut dst[..d.range.len()])
-            .map(|()| None)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        // all of it is in the buffer: a completion handed back with it applies now
+        if let Some(outcome) = d.done {
+            let dst = fin.recvs.complete(d.recv, outcome);
+            fin.finished(d.recv, outcome, dst);
+        }
+        Ok(None)
     }
 
     /// Collects one-sided operations that finished after they were posted.
@@ -730,23 +859,10 @@ impl State {
                     }
                 }
                 Output::RecvDone { recv, outcome } => {
-                    if let Some(t) = self.tools.as_deref_mut() {
-                        t.received(recv, &outcome);
-                    }
-                    match self.recvs.complete(recv, outcome) {
-                        Some(RecvDst::Region(r)) => self.by_region.remove(&r),
-                        Some(RecvDst::Slice(..)) => {}
-                        Some(RecvDst::Owned(mut v)) => {
-                            let len = match outcome {
-                                RecvOutcome::Received { len, .. } => len as usize,
-                                RecvOutcome::Cancelled => 0,
-                            };
-                            v.truncate(len);
-                            self.owned_done.insert(Key::Recv(recv), v);
-                        }
-                        None => {}
-                    }
-                    self.unexpose(Key::Recv(recv));
+                    let (_, _, mut fin) = self.parts();
+                    let dst = fin.recvs.complete(recv, outcome);
+                    fin.finished(recv, outcome, dst);
+                    self.unexpose_finished();
                 }
                 Output::SendDone { send, outcome } => {
                     if let Some(t) = self.tools.as_deref_mut() {

@@ -709,6 +709,10 @@ impl Step<'_> {
                         } else {
                             self.w.buf[r][..data.len()].copy_from_slice(data);
                         }
+                        // a completion handed back with the payload, after the copy
+                        if let Some(outcome) = d.done {
+                            self.recv_done(r, outcome);
+                        }
                     }
                     Ok(None) => {}
                 }
