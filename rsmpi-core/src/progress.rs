@@ -152,6 +152,17 @@ pub(crate) enum RecvSlot {
     Done(RecvOutcome),
 }
 
+impl RecvSlot {
+    /// Holds `outcome` from now on; where the message went, if it was pending.
+    #[inline(always)]
+    fn finish(&mut self, outcome: RecvOutcome) -> Option<RecvDst> {
+        match std::mem::replace(self, RecvSlot::Done(outcome)) {
+            RecvSlot::Pending(d) => Some(d),
+            RecvSlot::Done(_) => None,
+        }
+    }
+}
+
 /// The receives of this rank by id, each in one slot from posting until its result
 /// is taken: completing one replaces where its message goes by its result in place,
 /// instead of moving it from one table to another.
@@ -189,10 +200,7 @@ impl RecvTable {
     #[inline]
     pub fn complete(&mut self, id: RecvId, outcome: RecvOutcome) -> Option<RecvDst> {
         match self.0.get_mut(&id) {
-            Some(slot) => match std::mem::replace(slot, RecvSlot::Done(outcome)) {
-                RecvSlot::Pending(d) => Some(d),
-                RecvSlot::Done(_) => None,
-            },
+            Some(slot) => slot.finish(outcome),
             None => {
                 self.0.insert(id, RecvSlot::Done(outcome));
                 None
@@ -220,12 +228,7 @@ impl RecvTable {
         };
         let into = dst.bytes(regions).ok_or(())?;
         into[..data.len()].copy_from_slice(data);
-        Ok(
-            done.and_then(|o| match std::mem::replace(slot, RecvSlot::Done(o)) {
-                RecvSlot::Pending(d) => Some(d),
-                RecvSlot::Done(_) => None,
-            }),
-        )
+        Ok(done.and_then(|o| slot.finish(o)))
     }
 
     /// The result of receive `id`, taken out, if it is complete.
