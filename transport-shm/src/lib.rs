@@ -25,7 +25,8 @@
 //!
 //! Every rank creates one segment it owns, `/dev/shm/rsmpi-{job_id}-{rank}` (created
 //! with `O_EXCL`, mode `0600`), holding its **inbound** rings: one per sender rank,
-//! itself included. It publishes its pid (`shm.pid`) and the address of its segment
+//! itself included (the layout is the same for every rank; a rank's messages to itself
+//! do not use that ring but stay in the process, in a [`Loopback`]). It publishes its pid (`shm.pid`) and the address of its segment
 //! header (`shm.probe`), fences, maps every peer's segment, checks its header, and reads
 //! 8 bytes of each peer's header with `process_vm_readv` to find out whether CMA works
 //! (it may be forbidden by Yama or seccomp; then [`Caps::put`]/[`Caps::get`] are `false`).
@@ -123,6 +124,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cma;
+mod loopback;
 mod ring;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -138,6 +140,7 @@ use transport::{
     check_bounds, Caps, Exchange, Incoming, Posted, Rank, RemoteBuf, Transport, TransportError,
 };
 
+pub use loopback::Loopback;
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, STREAM_FROM};
 
@@ -367,6 +370,11 @@ pub struct ShmTransport {
     producers: Vec<Producer>,
     /// `consumers[s]` reads ring `s` of our own segment.
     consumers: Vec<Consumer>,
+    /// Messages to self ([`Loopback`]); the ring our segment holds for them stays
+    /// unused.
+    loopback: Loopback,
+    /// Our own slot in `local`: where the round robin of `poll` serves `loopback`.
+    me: usize,
     /// Round-robin start of the next `poll`.
     next: usize,
     /// The ranks on this node that this transport serves, ascending (`local[i]` owns
@@ -496,6 +504,8 @@ impl ShmTransport {
             size,
             producers,
             consumers,
+            loopback: Loopback::default(),
+            me: me as usize,
             next: 0,
             local,
             slot,
@@ -583,8 +593,12 @@ impl Transport for ShmTransport {
         let i = self
             .slot_of(peer)
             .ok_or_else(|| TransportError::NoSuchRank(peer))?;
-        let p = &mut self.producers[i];
-        if p.try_push(header, payload) {
+        let sent = if i == self.me {
+            self.loopback.try_push(header, payload)
+        } else {
+            self.producers[i].try_push(header, payload)
+        };
+        if sent {
             Ok(())
         } else {
             Err(TransportError::Full(peer))
@@ -619,6 +633,21 @@ impl Transport for ShmTransport {
         let mut idle = 0;
         let mut s = self.next;
         while got < max && idle < n {
+            if s == self.me {
+                // messages to self, from this process's own queue
+                s = if s + 1 == n { 0 } else { s + 1 };
+                match self.loopback.front() {
+                    Some(m) => {
+                        f(self.rank, Incoming::Whole(m));
+                        self.loopback.pop();
+                        got += 1;
+                        idle = 0;
+                        self.next = s;
+                    }
+                    None => idle += 1,
+                }
+                continue;
+            }
             if !self.consumers[s].ready() {
                 // idle: release the space of records read (Consumer::release)
                 if self.consumers[s].holds() {
