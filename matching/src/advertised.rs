@@ -45,10 +45,18 @@ impl AdvTable {
     }
 
     /// The earliest live receive request matching a message (ctx, tag), left in place.
+    #[inline]
     pub fn find_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
         if self.live.is_empty() {
+            // no advertisement to look at (every send to a peer that does not
+            // advertise)
             return None;
         }
+        self.find_live(ctx, tag)
+    }
+
+    #[inline(never)]
+    fn find_live(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {
         let a = self.head((ctx, TagSel::Tag(tag)));
         let b = self.head((ctx, TagSel::Any));
         let k = match (a, b) {

@@ -283,6 +283,12 @@ impl Engine {
         self.stats
     }
 
+    /// Whether an output waits for the driver ([`Engine::poll_output`]).
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next output for the driver.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
@@ -497,7 +503,12 @@ impl Engine {
                 cancelling: false,
             },
         };
-        if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
+        // nothing to look for in the common case, a receive posted in time
+        let early = match self.unexpected.is_empty() {
+            true => None,
+            false => self.unexpected.find(spec.ctx, spec.source, spec.tag),
+        };
+        if let Some(seq) = early {
             self.recvs.insert(id, st);
             let e = self.unexpected.take(seq).expect("found");
             self.deliver_unexpected(id, e);
@@ -559,10 +570,17 @@ impl Engine {
 
     /// A receive that blocked advertising left the posted queue: once none is left in
     /// its context, advertise the held receives in posting order (rule 6).
+    #[inline]
     fn unblock(&mut self, ctx: Ctx) {
         if self.blockers.decr(&ctx) > 0 || self.held.is_empty() {
             return;
         }
+        self.release_held(ctx);
+    }
+
+    /// The last blocker of `ctx` left: advertises the receives it held back.
+    #[inline(never)]
+    fn release_held(&mut self, ctx: Ctx) {
         let held = self.held.remove(&ctx).unwrap_or_default();
         for id in held {
             if self.is_posted(id) {
@@ -657,14 +675,19 @@ impl Engine {
     }
 
     /// Forgets the advertisement of a receive leaving the posted queue.
+    #[inline(always)]
     fn unadvertise(&mut self, st: &RecvState) {
         if let RStage::Posted { adv: Some(k), .. } = st.stage {
-            let Source::Rank(p) = st.source else {
-                unreachable!()
-            };
-            let adv_recv = &mut self.peers[p as usize].adv_recv;
-            adv_recv.remove(&k);
+            self.forget_advertised(st.source, k);
         }
+    }
+
+    #[inline(never)]
+    fn forget_advertised(&mut self, source: Source, k: u64) {
+        let Source::Rank(p) = source else {
+            unreachable!()
+        };
+        self.peers[p as usize].adv_recv.remove(&k);
     }
 
     fn outcome(st: &RecvState, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {

@@ -90,6 +90,18 @@ pub(crate) type Counts<K> = Sparse<K, u32>;
 
 const SWEEP_MIN: usize = 64;
 
+/// A [`Sparse`] table's lookup past the key beside it, kept out of line so that the
+/// lookup of that key stays small enough to inline.
+#[inline(never)]
+fn map_get<'a, K: Eq + Hash, V>(map: &'a FxHashMap<K, V>, key: &K) -> Option<&'a V> {
+    map.get(key)
+}
+
+#[inline(never)]
+fn map_get_mut<'a, K: Eq + Hash, V>(map: &'a mut FxHashMap<K, V>, key: &K) -> Option<&'a mut V> {
+    map.get_mut(key)
+}
+
 impl<K: Eq + Hash, V> Default for Sparse<K, V> {
     fn default() -> Self {
         Sparse {
@@ -101,27 +113,36 @@ impl<K: Eq + Hash, V> Default for Sparse<K, V> {
 }
 
 impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
+    #[inline]
     pub fn get(&self, key: &K) -> Option<&V> {
         match &self.hot {
             Some((k, v)) if k == key => Some(v),
             _ if self.map.is_empty() => None,
-            _ => self.map.get(key),
+            _ => map_get(&self.map, key),
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         match &mut self.hot {
             Some((k, v)) if k == key => Some(v),
             _ if self.map.is_empty() => None,
-            _ => self.map.get_mut(key),
+            _ => map_get_mut(&mut self.map, key),
         }
     }
 
     /// The entry of `key`, created vacant if there is none.
+    #[inline]
     fn entry(&mut self, key: K) -> &mut V {
         if matches!(&self.hot, Some((k, _)) if *k == key) {
             return &mut self.hot.as_mut().expect("hot").1;
         }
+        self.entry_cold(key)
+    }
+
+    /// [`Self::entry`] for a key other than the one beside the table.
+    #[inline(never)]
+    fn entry_cold(&mut self, key: K) -> &mut V {
         if !self.map.is_empty() && self.map.contains_key(&key) {
             return self.map.get_mut(&key).expect("present");
         }

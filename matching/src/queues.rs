@@ -173,6 +173,11 @@ impl Unexpected {
         self.order.len()
     }
 
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
     pub fn get_mut(&mut self, seq: u64) -> Option<&mut UEntry> {
         self.order.get_mut(seq)
     }
@@ -231,6 +236,11 @@ impl Arrivals {
 
     fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     fn contains(&self, seq: u64) -> bool {

@@ -209,6 +209,7 @@ fn tagsel_code(t: TagSel) -> u64 {
 }
 
 /// Encodes a header. Tags must be non-negative (the engine validates them).
+#[inline]
 pub fn encode(f: &Frame) -> Header {
     let mut h = Header {
         buf: [0; MAX_HEADER],
@@ -238,6 +239,12 @@ pub fn encode(f: &Frame) -> Header {
             return h;
         }
     }
+    encode_long(f, h)
+}
+
+/// [`encode`] for every header but the small eager send request's.
+#[inline(never)]
+fn encode_long(f: &Frame, mut h: Header) -> Header {
     h.push(VERSION);
     let k = match f.msg {
         Ctrl::RecvReq { .. } => kind::RECV_REQ,

@@ -356,6 +356,7 @@ fn source(comm: &SimpleCommunicator, src: Option<Rank>) -> Result<Option<Src>> {
 }
 
 /// `source` on the library state the caller already holds.
+#[inline]
 fn source_in(
     s: &progress::State,
     comm: &SimpleCommunicator,

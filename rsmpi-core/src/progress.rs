@@ -781,7 +781,16 @@ impl State {
         }
     }
 
+    /// Acts on the engine's outputs (most calls leave none).
+    #[inline]
     pub fn run_outputs(&mut self) {
+        if self.engine.has_output() {
+            self.run_queued();
+        }
+    }
+
+    #[inline(never)]
+    fn run_queued(&mut self) {
         while let Some(o) = self.engine.poll_output() {
             match o {
                 Output::Transmit {
