@@ -60,22 +60,35 @@
 //! **Producer** (the sender, in the receiver's segment): keeps its `tail` and a cached
 //! copy of the consumer's `head` locally. If the record (plus a pad) fits in
 //! `RING_BYTES - (tail - head_cache)` it writes the message bytes, then stores the header
-//! word with `Release`. Only when the ring looks full does it re-read `head` (`Acquire`),
-//! the only time it touches the consumer's cache line.
+//! word with `Release`. Only when the ring looks full, or to decide on a small lap
+//! (below), does it re-read `head` (`Acquire`), the only times it touches the
+//! consumer's cache line.
+//!
+//! **The small lap.** Once its offset is past [`SMALL_LAP`] (128 KiB), a producer whose
+//! consumer is at most [`WRAP_LAG`] bytes behind writes a pad over the rest of the lap
+//! and goes back to the start of the ring, so that a stream of small messages cycles
+//! through 128 KiB that stay in the caches near the two cores, not through all of the
+//! 2 MiB (docs/performance.md, "A small lap": 1.1–1.8x the small-message rate). It
+//! reads `head` for that at most once per `WRAP_LAG` bytes. A consumer that lags keeps
+//! the producer on the whole ring. The price: until the consumer has read that pad, the
+//! producer can put only about `SMALL_LAP - WRAP_LAG` more bytes in flight, not the
+//! whole ring's; a sender that meets `Full` then waits until its receiver polls again,
+//! as it would for a full ring.
 //!
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
 //! so an empty poll reads one cache line, and an 8..56-byte message is delivered with
 //! one cache-line transfer. Before it releases a record's space it clears the first
-//! word of every *interior* line of the record (so that payload bytes can never be
-//! mistaken for a header in a later lap, where any line may start a record; stale
-//! headers are harmless because their sequence number is from an earlier lap), then
-//! publishes the new `head` with `Release`. A one-line record is released when the
-//! callback returns; longer ones are cleared and released later, when the ring is next
-//! found empty or more than one maximum record ([`HOLD_BYTES`]) is held, so that
-//! the clearing is not between reading a message and answering it. The producer
-//! writes only the data area, the header words and `progress`; the consumer writes
-//! only `head` and the interior clears, all ordered by `head`.
+//! word of every line of the record, its header included (so that payload bytes can
+//! never be mistaken for a header in a later lap, where any line may start a record,
+//! and no header is left to match again once the 44-bit sequence wraps, which small
+//! laps bring nearer for lines far into the ring), and the header of every pad, then
+//! publishes the new `head` with `Release`. A one-line record's header is cleared and
+//! released when the callback returns; longer records are cleared and released later,
+//! when the ring is next found empty or more than one maximum record ([`HOLD_BYTES`]) is
+//! held, so that the clearing is not between reading a message and answering it. The
+//! producer writes only the data area, the header words and `progress`; the consumer
+//! writes only `head` and the clears, all ordered by `head`.
 //!
 //! **Streamed records** (messages of [`STREAM_FROM`] bytes and more): the producer
 //! writes the first [`FRAG`] bytes (they hold the protocol header), stores the stream
@@ -98,7 +111,8 @@
 //!   and one out — overlapping, for streamed records — beats `process_vm_readv`, which
 //!   costs about 1.7 µs before it copies a byte (docs/performance.md).
 //! * [`Caps::ctrl_slots`] = [`CTRL_SLOTS`] = 28: that many messages of *any* sizes up
-//!   to `max_ctrl` always fit in a ring at once (`(28 + 2 pads + 1 held) * max record
+//!   to `max_ctrl` fit in a ring at once, except just after a small lap began (above)
+//!   and before the consumer has read its pad (`(28 + 2 pads + 1 held) * max record
 //!   <= 2 MiB`);
 //!   smaller messages fit in larger numbers (up to 32 767 one-line records).
 //! * [`Caps::ring_bytes`] = 2 MiB less three maximum records (two pads, one held):
@@ -142,7 +156,9 @@ use transport::{
 
 pub use loopback::Loopback;
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
-pub use ring::{CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, STREAM_FROM};
+pub use ring::{
+    CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, WRAP_LAG,
+};
 
 /// Exchange key under which each rank publishes its pid (decimal).
 pub const KEY_PID: &str = "shm.pid";

@@ -29,6 +29,14 @@ pub const CTRL_SLOTS: usize = RING_BYTES / MAX_RECORD - 3;
 /// Bytes of records already read that a consumer may keep before releasing their
 /// space (the consumer clears and releases them when its ring is next empty).
 pub const HOLD_BYTES: usize = MAX_RECORD;
+/// A producer past this data offset whose consumer has kept up (is at most
+/// [`WRAP_LAG`] bytes behind) goes back to the start of the ring (a pad covers the rest
+/// of the lap), so that a stream of small messages cycles through the first
+/// `SMALL_LAP` bytes, which stay in the cache, instead of through all of the ring's
+/// 2 MiB. Chosen by measurement (docs/performance.md, "A small lap").
+pub const SMALL_LAP: usize = 128 * 1024;
+/// How far behind its producer a consumer may be for the producer to go back early.
+pub const WRAP_LAG: usize = 8 * 1024;
 
 /// Bytes reserved for the segment header at the start of a segment.
 pub const SEG_HDR_BYTES: usize = 128;
@@ -71,6 +79,8 @@ const _: () = {
     assert!(std::mem::align_of::<RingCtrl>() <= 128);
     assert!(std::mem::size_of::<SegHeader>() <= SEG_HDR_BYTES);
     assert!(CTRL_BYTES % 128 == 0);
+    // a record fits before the early pad whatever the consumer's allowed lag
+    assert!(WRAP_LAG + MAX_RECORD <= SMALL_LAP && SMALL_LAP < RING_BYTES);
 };
 
 /// Rounds `n` up to a multiple of 64-byte lines.
@@ -314,6 +324,13 @@ pub struct Producer {
     tail: u64,
     /// Last value of the consumer's `head` this producer saw.
     head_cache: u64,
+    /// Past [`SMALL_LAP`], the position before which `head` is not read again to see
+    /// whether the consumer has caught up (once per [`WRAP_LAG`] bytes at most).
+    recheck: u64,
+    /// The position and length of the last pad written early (at [`SMALL_LAP`] or
+    /// beyond).
+    #[cfg(test)]
+    early_pad: Option<(u64, usize)>,
 }
 
 impl Producer {
@@ -323,7 +340,33 @@ impl Producer {
             mem,
             tail: 0,
             head_cache: 0,
+            recheck: 0,
+            #[cfg(test)]
+            early_pad: None,
         }
+    }
+
+    /// At data offset `off` (at least [`SMALL_LAP`]): the pad that takes the next
+    /// record to the start of the ring if the consumer has kept up, else 0. Reads the
+    /// consumer's `head` (the one line the producer shares with it) at most once per
+    /// [`WRAP_LAG`] bytes, and only while its cached value says the consumer is behind.
+    #[inline(never)]
+    fn early_pad(&mut self, off: usize) -> usize {
+        if self.tail - self.head_cache > WRAP_LAG as u64 {
+            if self.tail < self.recheck {
+                return 0;
+            }
+            self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
+            self.recheck = self.tail + WRAP_LAG as u64;
+            if self.tail - self.head_cache > WRAP_LAG as u64 {
+                return 0;
+            }
+        }
+        #[cfg(test)]
+        {
+            self.early_pad = Some((self.tail, RING_BYTES - off));
+        }
+        RING_BYTES - off
     }
 
     /// Appends one record holding `header ++ payload` (at most [`MAX_CTRL`] bytes).
@@ -334,8 +377,12 @@ impl Producer {
         let sz = record_size(len);
         let off = self.tail as usize & (RING_BYTES - 1);
         // A record never wraps: if it does not fit before the end, a pad fills the rest.
+        // Past the small lap, a pad takes it to the start as soon as the consumer has
+        // kept up.
         let pad = if off + sz > RING_BYTES {
             RING_BYTES - off
+        } else if off >= SMALL_LAP {
+            self.early_pad(off)
         } else {
             0
         };
@@ -465,14 +512,14 @@ pub struct Consumer {
     head: u64,
     /// Stream position up to which space is released (published as `head`).
     released: u64,
-    /// Interior lines of records read but not yet cleared, as data offset ranges
+    /// Lines of multi-line records read but not yet cleared, as data offset ranges
     /// (the first `dirty_n` entries). While there are any, the space up to `head` is
     /// not released: see [`Consumer::release`].
     dirty: [(u32, u32); DIRTY],
     dirty_n: usize,
 }
 
-/// Ranges of interior lines a consumer may leave uncleared before it must release.
+/// Ranges of lines a consumer may leave uncleared before it must release.
 const DIRTY: usize = 8;
 
 impl Consumer {
@@ -508,9 +555,10 @@ impl Consumer {
         self.dirty_n > 0
     }
 
-    /// Clears the first word of every interior line of the records read so far and
-    /// releases their space to the producer. Records longer than one line are not
-    /// cleared and released when they are read but later, here: when the ring is found
+    /// Clears the first word of every line of the multi-line records read so far
+    /// (their headers included) and releases their space to the producer. Records
+    /// longer than one line are not cleared and released when they are read but later,
+    /// here: when the ring is found
     /// empty (the transport calls this from an idle poll) or when too many are held.
     /// That takes the clearing of a large record — one store per line, each taking the
     /// line back from the producer's cache — off the path between reading a message
@@ -576,8 +624,10 @@ impl Consumer {
                 if len != 0 {
                     return Err(Corrupt(format!("pad record with length {len}")));
                 }
-                // Everything up to the end of the lap is padding; its interior lines
-                // still hold zeros or stale headers, so nothing needs clearing.
+                // Everything up to the end of the lap is padding; its lines hold zeros
+                // (every header and interior line read is cleared), so only the pad's
+                // own header needs clearing.
+                self.mem.word(off).store(0, Ordering::Relaxed);
                 self.advance(RING_BYTES - off);
                 continue;
             }
@@ -602,17 +652,21 @@ impl Consumer {
             } else {
                 f(Record::Whole(self.mem.bytes(off + HDR, len)))
             };
-            // The first word of every interior line must be cleared before the space is
+            // The first word of every line must be cleared before the space is
             // released: in a later lap any of them may be where a record starts, and
-            // payload bytes there could otherwise look like a valid header. (A
-            // single-line record clears nothing; its own header word stays as a stale
-            // header, which never matches again.) That is left to `release`.
+            // payload bytes there could otherwise look like a valid header. A record's
+            // own header word is cleared too: a stale header matches again once the
+            // 44-bit sequence wraps, and with early laps (`SMALL_LAP`) a line far into
+            // the ring may go unwritten for that long. A single-line record's header is
+            // cleared now, in the line just read; longer records are left to `release`.
             if sz > LINE {
                 if self.dirty_n == DIRTY {
                     self.release();
                 }
-                self.dirty[self.dirty_n] = ((off + LINE) as u32, (off + sz) as u32);
+                self.dirty[self.dirty_n] = (off as u32, (off + sz) as u32);
                 self.dirty_n += 1;
+            } else {
+                self.mem.word(off).store(0, Ordering::Relaxed);
             }
             self.advance(sz);
             return Ok(Some(r));
@@ -666,7 +720,7 @@ mod tests {
         let mut s = 0x1234_5678_9abc_def1u64;
         let (mut sent, mut got) = (0u64, 0u64);
         let mut inflight = 0usize;
-        let mut fulls = 0;
+        let (mut fulls, mut early_fulls) = (0, 0);
         while got < 20_000 {
             // push a burst, then drain a random amount
             for _ in 0..(rng(&mut s) % 200) {
@@ -678,10 +732,24 @@ mod tests {
                     sent += 1;
                     inflight += 1;
                 } else {
-                    assert!(
-                        inflight >= CTRL_SLOTS,
-                        "Full with only {inflight} in flight"
-                    );
+                    // CTRL_SLOTS messages of any size fit, unless the producer went
+                    // back to the start early and the consumer has not read that pad
+                    // yet: then at least the small lap, less the lag it allowed, is in
+                    // use after the pad
+                    let early = p.early_pad.filter(|&(at, _)| c.head <= at);
+                    if let Some((at, pad)) = early {
+                        let after = p.tail - at - pad as u64;
+                        assert!(
+                            after as usize + MAX_RECORD >= SMALL_LAP - WRAP_LAG,
+                            "Full with {after} bytes after an early pad"
+                        );
+                        early_fulls += 1;
+                    } else {
+                        assert!(
+                            inflight >= CTRL_SLOTS,
+                            "Full with only {inflight} in flight"
+                        );
+                    }
                     fulls += 1;
                     break;
                 }
@@ -703,6 +771,63 @@ mod tests {
             }
         }
         assert!(fulls > 0, "the test never filled the ring");
+        assert!(early_fulls < fulls, "every Full came after an early pad");
+    }
+
+    /// A stream of small messages whose consumer keeps up stays within the small lap
+    /// (plus one record), in order, and every line it read is cleared again.
+    #[test]
+    fn small_messages_keep_to_the_small_lap() {
+        let mut ring = HeapRing::new();
+        let (mut p, mut c) = ring.pair();
+        let mut highest = 0;
+        let mut laps = 0;
+        for i in 0..100_000u64 {
+            let off = p.tail as usize & (RING_BYTES - 1);
+            assert!(p.try_push(&i.to_le_bytes(), &[7; 40]));
+            let now = p.tail as usize & (RING_BYTES - 1);
+            if now < off {
+                laps += 1;
+            }
+            highest = highest.max(now);
+            if i % 50 == 49 {
+                // the consumer keeps up in bursts (a window at a time)
+                for j in i - 49..=i {
+                    let m = c.pop(|m| m.to_vec()).unwrap().expect("in order");
+                    assert_eq!(m[..8], j.to_le_bytes());
+                }
+            }
+        }
+        assert!(highest <= SMALL_LAP + WRAP_LAG, "went up to {highest}");
+        assert!(laps >= 40, "only {laps} laps");
+        // everything read: the ring holds no header, pad or payload word that could be
+        // taken for a record later (every line's first word is zero)
+        assert!(c.pop(|_| ()).unwrap().is_none());
+        for line in (0..RING_BYTES).step_by(LINE) {
+            assert_eq!(
+                c.mem.word(line).load(Ordering::Relaxed),
+                0,
+                "line at {line}"
+            );
+        }
+    }
+
+    /// A consumer that falls behind keeps the producer on the whole ring: no early pad
+    /// while it lags, and the usual capacity.
+    #[test]
+    fn a_lagging_consumer_gets_the_whole_ring() {
+        let mut ring = HeapRing::new();
+        let (mut p, mut c) = ring.pair();
+        let mut n = 0;
+        while p.try_push(&[], &[1; 1000]) {
+            n += 1;
+        }
+        assert!(p.early_pad.is_none());
+        assert!(
+            n * record_size(1000) + MAX_RECORD > RING_BYTES,
+            "only {n} fit"
+        );
+        while c.pop(|_| ()).unwrap().is_some() {}
     }
 
     #[test]
