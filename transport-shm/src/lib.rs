@@ -26,10 +26,11 @@
 //! Every rank creates one segment it owns, `/dev/shm/rsmpi-{job_id}-{rank}` (created
 //! with `O_EXCL`, mode `0600`), holding its **inbound** rings: one per sender rank,
 //! itself included (the layout is the same for every rank; a rank's messages to itself
-//! do not use that ring but stay in the process, in a [`Loopback`]). It publishes its pid (`shm.pid`) and the address of its segment
-//! header (`shm.probe`), fences, maps every peer's segment, checks its header, and reads
-//! 8 bytes of each peer's header with `process_vm_readv` to find out whether CMA works
-//! (it may be forbidden by Yama or seccomp; then [`Caps::put`]/[`Caps::get`] are `false`).
+//! do not use that ring but stay in the process, in a [`Loopback`]). It publishes its
+//! pid (`shm.pid`) and the address of its segment header (`shm.probe`), fences, maps
+//! every peer's segment, checks its header, and reads 8 bytes of each peer's header with
+//! `process_vm_readv` to find out whether CMA works (it may be forbidden by Yama or
+//! seccomp; then [`Caps::put`]/[`Caps::get`] are `false`).
 //! After a second fence everyone has mapped everything, and each rank unlinks its own
 //! segment file, so a crash leaves nothing behind in `/dev/shm`.
 //!

@@ -558,8 +558,8 @@ impl Consumer {
     /// Clears the first word of every line of the multi-line records read so far
     /// (their headers included) and releases their space to the producer. Records
     /// longer than one line are not cleared and released when they are read but later,
-    /// here: when the ring is found
-    /// empty (the transport calls this from an idle poll) or when too many are held.
+    /// here: when the ring is found empty (the transport calls this from an idle poll)
+    /// or when too many are held.
     /// That takes the clearing of a large record — one store per line, each taking the
     /// line back from the producer's cache — off the path between reading a message
     /// and answering it.
