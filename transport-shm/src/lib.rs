@@ -653,10 +653,9 @@ impl Transport for ShmTransport {
             if s == self.me {
                 // messages to self, from this process's own queue
                 s = if s + 1 == n { 0 } else { s + 1 };
-                match self.loopback.front() {
-                    Some(m) => {
-                        f(self.rank, Incoming::Whole(m));
-                        self.loopback.pop();
+                let rank = self.rank;
+                match self.loopback.pop_with(|m| f(rank, Incoming::Whole(m))) {
+                    Some(()) => {
                         got += 1;
                         idle = 0;
                         self.next = s;

@@ -65,19 +65,26 @@ impl Loopback {
         Some(&self.buf[at..at + len])
     }
 
-    /// Drops the oldest unread message (if any); once all are read, empties the buffer
-    /// for the next ones, keeping its memory.
+    /// Hands the oldest unread message to `f` and drops it; `None` if there is none.
+    /// Once all are read, empties the buffer for the next ones, keeping its memory.
     #[inline]
-    pub fn pop(&mut self) {
-        let Some(len) = self.front().map(<[u8]>::len) else {
-            return;
-        };
+    pub fn pop_with<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let m = self.front()?;
+        let len = m.len();
+        let r = f(m);
         self.read += LEN + len;
         self.held -= record_size(len);
         if self.read == self.buf.len() {
             self.buf.clear();
             self.read = 0;
         }
+        Some(r)
+    }
+
+    /// Drops the oldest unread message (if any).
+    #[inline]
+    pub fn pop(&mut self) {
+        self.pop_with(|_| ());
     }
 
     /// Whether no message is waiting.

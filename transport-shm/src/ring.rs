@@ -330,7 +330,7 @@ pub struct Producer {
     /// The position and length of the last pad written early (at [`SMALL_LAP`] or
     /// beyond).
     #[cfg(test)]
-    early_pad: Option<(u64, usize)>,
+    last_early_pad: Option<(u64, usize)>,
 }
 
 impl Producer {
@@ -342,7 +342,7 @@ impl Producer {
             head_cache: 0,
             recheck: 0,
             #[cfg(test)]
-            early_pad: None,
+            last_early_pad: None,
         }
     }
 
@@ -364,7 +364,7 @@ impl Producer {
         }
         #[cfg(test)]
         {
-            self.early_pad = Some((self.tail, RING_BYTES - off));
+            self.last_early_pad = Some((self.tail, RING_BYTES - off));
         }
         RING_BYTES - off
     }
@@ -736,7 +736,7 @@ mod tests {
                     // back to the start early and the consumer has not read that pad
                     // yet: then at least the small lap, less the lag it allowed, is in
                     // use after the pad
-                    let early = p.early_pad.filter(|&(at, _)| c.head <= at);
+                    let early = p.last_early_pad.filter(|&(at, _)| c.head <= at);
                     if let Some((at, pad)) = early {
                         let after = p.tail - at - pad as u64;
                         assert!(
@@ -822,7 +822,7 @@ mod tests {
         while p.try_push(&[], &[1; 1000]) {
             n += 1;
         }
-        assert!(p.early_pad.is_none());
+        assert!(p.last_early_pad.is_none());
         assert!(
             n * record_size(1000) + MAX_RECORD > RING_BYTES,
             "only {n} fit"
