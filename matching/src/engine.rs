@@ -168,6 +168,10 @@ struct Peer {
     // as receiver of this peer's messages
     recvreq_sent: u64,
     sendreq_seen: u64,
+    /// `sendreq_seen` when this rank last sent the peer an `m` (in a `Credit` or a
+    /// receive request): the peer keeps the send requests after it for crossing
+    /// replays until it hears a higher one.
+    told: u64,
     adv_recv: Window<u64, RecvId>,
     // as sender to this peer
     sendreq_sent: u64,
@@ -412,13 +416,15 @@ impl Engine {
     }
 
     /// Counts a consumed message from `from`; returns credits explicitly when many are
-    /// owed and the queue towards `from` will not carry them soon.
+    /// owed, or tells `from` how far it has read once `low_water` send requests have
+    /// come since it last did (rule 13): credits that ride back on messages carry no
+    /// `m`, and without it `from` would keep every send request for crossing replays.
     #[inline]
     fn consumed(&mut self, from: Rank, cost: u32) {
         let lw = self.cfg.low_water;
         let p = &mut self.peers[from as usize];
         p.owed += cost;
-        if p.owed >= lw {
+        if p.owed >= lw || p.sendreq_seen - p.told >= u64::from(lw) {
             let credit = std::mem::take(&mut p.owed);
             // The credit overtakes whatever waits in the outbox, so its `m` must not
             // run ahead of a receive request still waiting there: the peer forgets
@@ -434,6 +440,7 @@ impl Engine {
                     _ => None,
                 })
                 .unwrap_or(p.sendreq_seen);
+            p.told = p.sendreq_seen;
             let header = wire::encode(&Frame {
                 credit,
                 msg: Ctrl::Credit { m },
@@ -551,6 +558,7 @@ impl Engine {
         let k = p.recvreq_sent;
         p.adv_recv.insert(k, id);
         let m = p.sendreq_seen;
+        p.told = m;
         self.recvs.get_mut(&id).unwrap().stage = RStage::Posted {
             adv: Some(k),
             cancelling: false,

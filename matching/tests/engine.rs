@@ -1859,3 +1859,41 @@ fn handle_head_delivers_only_into_posted_receives() {
         }
     }
 }
+
+/// Credits that ride back on messages carry no `m`. A receiver whose credits all go
+/// back that way still tells its sender how far it has read once every `low_water`
+/// send requests (rule 13), in an explicit `Credit{m}`, so that the sender's list of
+/// send requests kept for crossing replays stays short instead of growing with every
+/// message (it grew without bound in `rsmpi-bench bw`, where the acks carry the
+/// credits).
+#[test]
+fn credits_on_messages_still_tell_how_far_the_receiver_read() {
+    let mut w = World::two(cfg(|c| {
+        c.low_water = 4;
+        c.advertise_above = u64::MAX; // nothing advertised: no receive request tells m
+    }));
+    let mut told = Vec::new();
+    for i in 0..40 {
+        let r = w.post(1, R0, t(1), 8);
+        let s = w.send(0, 1, 1, 8, STD);
+        w.deliver_all(0, 1);
+        w.assert_received(1, r, 0, s, 1);
+        if i % 2 == 1 {
+            // an answer carries the credits owed so far
+            let r0 = w.post(0, Source::Rank(1), t(2), 8);
+            let s1 = w.send(1, 0, 2, 8, STD);
+            w.run();
+            w.assert_received(0, r0, 1, s1, 2);
+        }
+        told.extend(w.peek(1, 0).into_iter().filter_map(|c| match c {
+            Ctrl::Credit { m } => Some(m),
+            _ => None,
+        }));
+        w.run();
+    }
+    // 40 send requests read, at least one m told per 4 of them
+    assert!(told.len() >= 9, "told {told:?}");
+    assert!(told.windows(2).all(|p| p[1] >= p[0] + 4), "told {told:?}");
+    assert!(told.last().is_some_and(|&m| m >= 36), "told {told:?}");
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+}
