@@ -349,11 +349,18 @@ impl<K: Numbered, V> Window<K, V> {
         self.head = 0;
     }
 
+    /// Whether number `n` would be appended to the window, next to its last slot,
+    /// with the window holding entries (the common case of an insertion).
+    #[inline(always)]
+    fn appends(&self, n: u64) -> bool {
+        self.live > 0 && n == self.base + self.len as u64
+    }
+
     /// Inserts `v` under `k`; the value it replaces.
     #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
         let n = k.number();
-        if self.live > 0 && n == self.base + self.len as u64 {
+        if self.appends(n) {
             // the common case: the newest key, next to the window's last
             self.push(Some((k, v)));
             self.live += 1;
@@ -438,7 +445,19 @@ impl<K: Numbered, V> Window<K, V> {
     fn take_slot(&mut self, j: usize) -> Option<V> {
         let (_, v) = self.ring[j].take()?;
         self.live -= 1;
-        if j == self.head || self.len > Self::span(self.live) {
+        if j == self.head {
+            // the common case, entries leaving in the order they came: the window
+            // starts one slot later, and `trim` runs only if there is more to do
+            self.head = self.at(1);
+            self.len -= 1;
+            self.base += 1;
+            if (self.len > 0 && self.ring[self.head].is_none())
+                || self.len > Self::span(self.live)
+                || (self.len == 0 && self.ring.len() > KEEP)
+            {
+                self.trim();
+            }
+        } else if self.len > Self::span(self.live) {
             self.trim();
         }
         Some(v)
@@ -471,6 +490,7 @@ impl<K: Numbered, V> Window<K, V> {
 
     /// Starts the window at its first entry; while it is mostly empty slots, moves
     /// the old entries holding it open behind it.
+    #[inline(never)]
     fn trim(&mut self) {
         loop {
             while self.len > 0 && self.ring[self.head].is_none() {
@@ -605,12 +625,23 @@ impl<K, V> Default for OneMap<K, V> {
 
 impl<K: Numbered, V> OneMap<K, V> {
     /// Inserts `v` under `k`; the value it replaces.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        // the common case, kept small enough to inline into every caller
+        // the common cases, kept small enough to inline into every caller: the only
+        // request, or the newest of a burst (`insert_more` would append it too)
         if self.one.is_none() && self.rest.is_empty() {
             self.one = Some((k, v));
             self.passed = 0;
+            return None;
+        }
+        let n = k.number();
+        if self.passed < PASSED
+            && self.rest.appends(n)
+            && matches!(&self.one, Some((k1, _)) if *k1 != k)
+        {
+            self.passed += 1;
+            self.rest.push(Some((k, v)));
+            self.rest.live += 1;
             return None;
         }
         self.insert_more(k, v)
@@ -673,11 +704,6 @@ impl<K: Numbered, V> OneMap<K, V> {
         if self.rest.is_empty() {
             return None;
         }
-        self.remove_more(k)
-    }
-
-    #[inline(never)]
-    fn remove_more(&mut self, k: &K) -> Option<V> {
         self.rest.remove(k)
     }
 
@@ -692,13 +718,8 @@ impl<K: Numbered, V> OneMap<K, V> {
                 None
             }
             _ if self.rest.is_empty() => None,
-            _ => self.remove_if_more(k, take),
+            _ => self.rest.remove_if(k, take),
         }
-    }
-
-    #[inline(never)]
-    fn remove_if_more(&mut self, k: &K, take: impl FnOnce(&V) -> bool) -> Option<V> {
-        self.rest.remove_if(k, take)
     }
 
     pub fn len(&self) -> usize {
