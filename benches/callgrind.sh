@@ -16,18 +16,27 @@
 #   sleep (measured alone) is subtracted. A C MPI still spins now and then when its
 #   peer is late (valgrind slows rank 0 down ~50x), so each figure is the lowest of
 #   REPEAT runs.
+# * window send / window recv: the message-rate loop (`rsmpi-bench bw`) cut into its
+#   two sides, per message of 1 byte (examples/bwloop.rs, reference/bwloop.c): rank 0
+#   sends windows of 64 immediate sends and waits on them; rank 1 posts 64 receives,
+#   tells rank 0, sleeps 5 ms so that all 64 messages arrive, and waits on them. Both
+#   ranks run under callgrind, each collecting in its own side's function; per message
+#   = (I(WN2) - I(WN1)) / ((WN2 - WN1) * 64). The message rate is the slower side's.
 #
 # Needs valgrind; the C references need `sh benches/reference/install.sh` and are
 # skipped when their compiler is missing.
 #
 #   sh benches/callgrind.sh [N1 N2]      (self rounds, default 1000 11000)
 #   PAIR_ROUNDS=300 REPEAT=5             (the pair loop's rounds and runs)
+#   WN1=20 WN2=120                       (the window loop's windows)
 set -eu
 cd "$(dirname "$0")/.."
 N1=${1:-1000}
 N2=${2:-11000}
 PR=${PAIR_ROUNDS:-300}
 REPEAT=${REPEAT:-5}
+WN1=${WN1:-20}
+WN2=${WN2:-120}
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -58,6 +67,34 @@ exec "$@"
 EOF
 chmod +x "$out/rank0.sh"
 export CGDIR="$out"
+
+# Both ranks of a job under callgrind: rank 0 collecting in send_window, rank 1 in
+# recv_window (both names are in rsmpi's example and in the C loop).
+cat >"$out/sides.sh" <<'EOF2'
+#!/bin/sh
+r=${RSMPI_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}
+if [ "$r" = 0 ]; then fn='*send_window*'; else fn='*recv_window*'; fi
+exec valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$fn" \
+    --callgrind-out-file="$CGDIR/cgw$r" "$@" 2>"$CGDIR/errw$r"
+EOF2
+chmod +x "$out/sides.sh"
+sides() { # program, launcher...: "send recv" instructions per message of the window loop
+    prog=$1; shift
+    for w in "$WN1" "$WN2"; do
+        rm -f "$out/errw0" "$out/errw1"
+        "$@" "$out/sides.sh" "$prog" "$w" 1 >/dev/null 2>&1 || true
+        eval "s$w=\$(collected \"\$out/errw0\" 2>/dev/null || true)"
+        eval "r$w=\$(collected \"\$out/errw1\" 2>/dev/null || true)"
+    done
+    eval "a=\$s$WN1 b=\$s$WN2 c=\$r$WN1 d=\$r$WN2"
+    if [ -n "$a" ] && [ -n "$b" ] && [ -n "$c" ] && [ -n "$d" ]; then
+        m=$(( (WN2 - WN1) * 64 ))
+        echo "$(( (b - a) / m )) $(( (d - c) / m ))"
+    else
+        echo "- -"
+    fi
+}
+
 naps() { # fn, program: instructions of PR sleeps alone
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
         --callgrind-out-file="$out/cgn" "$2" "$PR" sleep 2>"$out/errn" >/dev/null
@@ -80,24 +117,31 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
     echo "$(( (best - $(naps "$napfn" "$prog")) / PR ))"
 }
 
-cargo build --release --quiet -p rsmpi --example selfloop --example pairloop -p rsmpirun --bin rsmpirun
-printf '%-12s %12s %12s\n' implementation "self (8 B)" "pair (8 B)"
-printf '%-12s %12s %12s\n' "" "instr/round" "instr/round"
+cargo build --release --quiet -p rsmpi --example selfloop --example pairloop --example bwloop \
+    -p rsmpirun --bin rsmpirun
+row() { printf '%-12s %12s %12s %12s %12s\n' "$@"; }
+row implementation "self (8 B)" "pair (8 B)" "window send" "window recv"
+row "" "instr/round" "instr/round" "instr/msg" "instr/msg"
 rs_self=$(per_round rsmpi target/release/examples/selfloop)
 rs_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' target/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
-printf '%-12s %12s %12s\n' rsmpi "$rs_self" "$rs_pair"
+# shellcheck disable=SC2046
+row rsmpi "$rs_self" "$rs_pair" $(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
 if command -v mpicc.mpich >/dev/null; then
-    mpicc.mpich -O2 -o "$out/selfloop-mpich" benches/reference/selfloop.c
-    mpicc.mpich -O2 -o "$out/pairloop-mpich" benches/reference/pairloop.c
+    for l in selfloop pairloop bwloop; do
+        mpicc.mpich -O2 -o "$out/$l-mpich" "benches/reference/$l.c"
+    done
     s=$(per_round mpich "$out/selfloop-mpich")
     p=$(pair rounds naps "$out/pairloop-mpich" timeout 300 mpirun.mpich -n 2)
-    printf '%-12s %12s %12s\n' mpich "$s" "$p"
+    # shellcheck disable=SC2046
+    row mpich "$s" "$p" $(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
 fi
 if command -v mpicc.openmpi >/dev/null; then
-    mpicc.openmpi -O2 -o "$out/selfloop-ompi" benches/reference/selfloop.c
-    mpicc.openmpi -O2 -o "$out/pairloop-ompi" benches/reference/pairloop.c
+    for l in selfloop pairloop bwloop; do
+        mpicc.openmpi -O2 -o "$out/$l-ompi" "benches/reference/$l.c"
+    done
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
     s=$(per_round openmpi "$out/selfloop-ompi")
     p=$(pair rounds naps "$out/pairloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGDIR)
-    printf '%-12s %12s %12s\n' openmpi "$s" "$p"
+    # shellcheck disable=SC2046
+    row openmpi "$s" "$p" $(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
 fi
