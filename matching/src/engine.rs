@@ -231,6 +231,8 @@ pub struct Engine {
     bsend: Option<(u64, u64)>,
     out: VecDeque<Output>,
     stats: Stats,
+    /// The job is finishing ([`Engine::closing`]).
+    closing: bool,
 }
 
 impl Engine {
@@ -263,7 +265,19 @@ impl Engine {
             bsend: None,
             out: VecDeque::new(),
             stats: Stats::default(),
+            closing: false,
         }
+    }
+
+    /// The job is finishing (`MPI_Finalize`, before its last barrier): from now on a
+    /// receiver returns credits explicitly only when it owes `low_water` of them, as
+    /// flow control needs, and no longer to tell a sender how far it has read (rule
+    /// 13), which only keeps the sender's crossing list short. So the last barrier's
+    /// messages do not set off a `Credit` to a peer that may already have left: over
+    /// libfabric's verbs provider, a message still on its way when both ends close
+    /// crashed inside the provider.
+    pub fn closing(&mut self) {
+        self.closing = true;
     }
 
     pub fn rank(&self) -> Rank {
@@ -422,9 +436,10 @@ impl Engine {
     #[inline]
     fn consumed(&mut self, from: Rank, cost: u32) {
         let lw = self.cfg.low_water;
+        let tell = !self.closing;
         let p = &mut self.peers[from as usize];
         p.owed += cost;
-        if p.owed >= lw || p.sendreq_seen - p.told >= u64::from(lw) {
+        if p.owed >= lw || (tell && p.sendreq_seen - p.told >= u64::from(lw)) {
             let credit = std::mem::take(&mut p.owed);
             // The credit overtakes whatever waits in the outbox, so its `m` must not
             // run ahead of a receive request still waiting there: the peer forgets

@@ -352,6 +352,7 @@ impl Drop for Universe {
         // MPI_Finalize: finish outstanding traffic, then make sure no peer still
         // needs our rings before unmapping them.
         crate::tools::finish();
+        progress::with(|s| s.engine.closing());
         crate::collective::CommunicatorCollectives::barrier(&self.world());
         progress::uninstall();
         FINALIZED.store(true, std::sync::atomic::Ordering::Relaxed);
