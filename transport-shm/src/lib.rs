@@ -664,15 +664,6 @@ impl Transport for ShmTransport {
                 }
                 continue;
             }
-            if !self.consumers[s].ready() {
-                // idle: release the space of records read (Consumer::release)
-                if self.consumers[s].holds() {
-                    self.consumers[s].release();
-                }
-                s = if s + 1 == n { 0 } else { s + 1 };
-                idle += 1;
-                continue;
-            }
             let sender = self.local[s];
             let pid = self.pids[s];
             let mut failed = None;

@@ -577,15 +577,6 @@ impl Consumer {
         self.mem.ctrl().head.store(self.head, Ordering::Release);
     }
 
-    /// Whether a record (or a pad) is ready at the head: the cheap check of an empty
-    /// poll, one load of the header word.
-    #[inline]
-    pub fn ready(&self) -> bool {
-        let off = self.head as usize & (RING_BYTES - 1);
-        let h = self.mem.word(off).load(Ordering::Acquire);
-        h & !(LEN_MASK | PAD | STREAM) == encode(self.head, 0, 0)
-    }
-
     /// If a message is ready, hands it to `f` (as a slice into the ring), then releases
     /// its space and returns `Some(f's result)`. Reads one cache line when empty. A
     /// streamed record is waited for (spinning) until all of it is there.
