@@ -49,6 +49,17 @@ pub struct Status {
 }
 
 impl Status {
+    /// The status of a request that carried no message to this rank (a send, a
+    /// collective, a cancelled request): no source, no tag, no bytes.
+    pub(crate) const fn empty(cancelled: bool) -> Status {
+        Status {
+            source: -1,
+            tag: -1,
+            len: 0,
+            cancelled,
+        }
+    }
+
     /// The rank that sent the message.
     pub fn source_rank(&self) -> Rank {
         self.source

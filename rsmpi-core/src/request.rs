@@ -229,12 +229,7 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         if let Key::Sent(0) = self.pending.key {
             // a send that left at once: complete, with nothing kept in the library and
             // nothing to hand back (a window of sends waits on 64 of these)
-            return Ok(Status {
-                source: -1,
-                tag: -1,
-                len: 0,
-                cancelled: false,
-            });
+            return Ok(Status::empty(false));
         }
         let d = self.wait_done();
         self.complete_status(d)
@@ -405,27 +400,13 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
                 cancelled: false,
             })
         }
-        Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => Ok(Status {
-            source: -1,
-            tag: -1,
-            len: 0,
-            cancelled: true,
-        }),
-        Done::Send(SendOutcome::Sent) => Ok(Status {
-            source: -1,
-            tag: -1,
-            len: 0,
-            cancelled: false,
-        }),
+        Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => {
+            Ok(Status::empty(true))
+        }
+        Done::Send(SendOutcome::Sent) | Done::Coll(Ok(())) => Ok(Status::empty(false)),
         Done::Send(SendOutcome::Failed(SendError::NoReceivePosted)) => Err(Error::NoReceivePosted),
         Done::Send(SendOutcome::Failed(e)) => Err(Error::Buffer(e.to_string())),
         Done::Coll(Err(e)) => Err(e),
-        Done::Coll(Ok(())) => Ok(Status {
-            source: -1,
-            tag: -1,
-            len: 0,
-            cancelled: false,
-        }),
     }
 }
 
