@@ -44,6 +44,11 @@ impl AdvTable {
         self.fifo.head(&key, |k| live.contains_key(&k))
     }
 
+    /// No live advertisement.
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
     /// The earliest live receive request matching a message (ctx, tag), left in place.
     #[inline]
     pub fn find_match(&mut self, ctx: Ctx, tag: Tag) -> Option<(u64, Adv)> {

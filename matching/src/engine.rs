@@ -1081,6 +1081,70 @@ impl Engine {
         Ok(Some((wire::encode(&Frame { credit, msg }), len)))
     }
 
+    /// A standard send to this rank itself that a posted receive takes at once, without
+    /// a message (rule 17): the receive is matched and completed here as an eager send request
+    /// from this rank would be on arrival (rule 1's order holds: it is the first posted
+    /// receive that matches), and the send is complete when this returns. The driver
+    /// copies the range of the send buffer that the returned [`Deliver`] names into the
+    /// receive's buffer, exactly as for a delivery from [`Engine::handle`].
+    ///
+    /// Only when nothing to itself is on its way (a send request or a receive request
+    /// not yet handled, an output or a queued message not yet sent) and no receive is
+    /// advertised to itself: then no earlier message of this rank can still match
+    /// first, and no advertisement can still be written into. Returns `Ok(None)`,
+    /// having changed nothing, otherwise, when the message is not eager, and when no
+    /// posted receive matches (the send then goes through [`Engine::send_now`] or
+    /// [`Engine::start_send`]: an unexpected message must be queued in order with the
+    /// ones before it).
+    ///
+    /// ```
+    /// use matching::{Config, Engine, RecvSpec, Source, TagSel, SendSpec, SendMode, RemoteBuf};
+    /// let mut e = Engine::new(0, 1, Config::default());
+    /// let r = e
+    ///     .post_recv(RecvSpec { source: Source::Rank(0), tag: TagSel::Tag(7), ctx: 0, capacity: 8, buf: None })
+    ///     .unwrap();
+    /// let spec = SendSpec { dest: 0, tag: 7, ctx: 0, len: 4, mode: SendMode::Standard, buf: RemoteBuf::default() };
+    /// let d = e.send_to_self(&spec).unwrap().expect("the receive is posted");
+    /// assert_eq!((d.recv, d.range), (r, 0..4));
+    /// assert!(d.done.is_some() && e.is_idle());
+    /// ```
+    pub fn send_to_self(&mut self, spec: &SendSpec) -> Result<Option<Deliver>, CallError> {
+        Self::check_tag(spec.tag)?;
+        let me = self.me;
+        let p = &self.peers[me as usize];
+        let settled = (p.sendreq_sent == p.sendreq_seen && p.recvreq_sent == p.recvreq_seen)
+            || self.mutated(Mutation::SelfPastInFlight);
+        let unadvertised = (p.adv_recv.is_empty() && p.adv.is_empty())
+            || self.mutated(Mutation::SelfIntoAdvertised);
+        let quiet = spec.dest == me
+            && spec.mode == SendMode::Standard
+            && self.out.is_empty()
+            && p.outbox.is_empty()
+            && settled
+            && unadvertised;
+        if !quiet || self.cfg.protocol != RecvProtocol::Eager || spec.len > self.cfg.eager_limit {
+            return Ok(None);
+        }
+        let Some(r) = self.posted.take_match(spec.ctx, me, spec.tag).map(RecvId) else {
+            return Ok(None);
+        };
+        let st = self.recvs.remove(&r).expect("posted receive");
+        debug_assert!(
+            matches!(st.stage, RStage::Posted { adv: None, .. })
+                || self.mutated(Mutation::SelfIntoAdvertised)
+        );
+        let (len, outcome) = Self::outcome(&st, me, spec.tag, spec.len);
+        self.stats.eager_sends += 1;
+        if st.blocker {
+            self.unblock(st.ctx);
+        }
+        Ok(Some(Deliver {
+            recv: r,
+            range: 0..len as usize,
+            done: Some(outcome),
+        }))
+    }
+
     /// Cancels a send (`MPI_Cancel`). A send that already matched, or whose buffer was
     /// already released, cannot be cancelled; otherwise the receiver is asked to drop
     /// it from its unexpected queue, and the send completes as cancelled or as sent.

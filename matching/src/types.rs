@@ -166,6 +166,12 @@ pub enum Mutation {
     /// Asynchronous direct writes broken: a send written by `Output::Put` completes
     /// when the write is posted instead of at `Engine::put_done`.
     SendDoneBeforePut,
+    /// `Engine::send_to_self` broken: it takes a posted receive although a message of
+    /// this rank to itself is still on its way.
+    SelfPastInFlight,
+    /// `Engine::send_to_self` broken: it takes a posted receive although a receive is
+    /// advertised to this rank itself.
+    SelfIntoAdvertised,
 }
 
 /// Run-time settings of an engine. Every rank of a job must use the same values.

@@ -1,6 +1,6 @@
 //! Exhaustive model checking of the real engine (see `checker/mod.rs`).
 //!
-//! Default bounds: every program of phases A–E below (≈ 2·10^7 distinct states, 2–3
+//! Default bounds: every program of phases A–F and S below (≈ 2·10^7 distinct states, 2–3
 //! minutes on 2 quiet cores in the release profile). `RSMPI_MODEL_BIG=1` adds larger
 //! bounds.
 
@@ -216,6 +216,69 @@ fn phase_e(c: Config) -> Vec<Program> {
     out
 }
 
+/// Every merge of `a` and `b` that keeps each one's order.
+fn merges<T: Clone>(a: &[T], b: &[T]) -> Vec<Vec<T>> {
+    match (a.split_first(), b.split_first()) {
+        (None, _) => vec![b.to_vec()],
+        (_, None) => vec![a.to_vec()],
+        (Some((x, ra)), Some((y, rb))) => {
+            let mut out = vec![];
+            for mut m in merges(ra, b) {
+                m.insert(0, x.clone());
+                out.push(m);
+            }
+            for mut m in merges(a, rb) {
+                m.insert(0, y.clone());
+                out.push(m);
+            }
+            out
+        }
+    }
+}
+
+/// Phase S: sends to itself. Rank 1 posts ≤ 2 receives (from itself, from rank 0, or
+/// from any source) and sends ≤ 2 messages to itself, in every order, while rank 0
+/// sends it ≤ 1 message: the driver takes a standard send to itself straight into a
+/// posted receive when the engine allows it (`Engine::send_to_self`), as rsmpi-core
+/// does, and through the channel otherwise. Synchronous in a second pass (never
+/// taken straight).
+fn phase_s(c: Config) -> Vec<Program> {
+    let s1 = Source::Rank(1);
+    let pats = [
+        (s1, T0),
+        (s1, TagSel::Any),
+        (S0, T0),
+        (Source::Any, T0),
+        (Source::Any, TagSel::Any),
+    ];
+    let mut out = vec![];
+    for r in seqs(&pats, 1, 2) {
+        for own in seqs(&[0, 1], 1, 2) {
+            for sync in [false, true] {
+                let sends: Vec<Op> = own
+                    .iter()
+                    .map(|&tag| Op::Send {
+                        dst: 1,
+                        tag,
+                        big: false,
+                        sync,
+                    })
+                    .collect();
+                for ops1 in merges(&recv_ops(&r), &sends) {
+                    for s0 in seqs(&[0, 1], 0, 1) {
+                        let big = vec![false; s0.len()];
+                        out.push(Program::new(
+                            vec![send_ops(&s0, &big, false), ops1.clone()],
+                            c,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 fn run(name: &str, programs: Vec<Program>) -> Report {
     let t = std::time::Instant::now();
     let rep = check_parallel(programs);
@@ -328,6 +391,22 @@ fn exhaustive_default_bounds() {
             })),
         ),
         ("D (cancel, adaptive advertising)", phase_d(cfg(adaptive))),
+        ("S (sends to itself)", phase_s(both)),
+        (
+            "S (sends to itself, inline direct writes)",
+            phase_s(cfg(|c| c.inline_limit = SMALL)),
+        ),
+        (
+            "S (sends to itself, receiver-only matching)",
+            phase_s(cfg(|c| c.matching = MatchingMode::Receiver)),
+        ),
+        (
+            "S (sends to itself, 1 credit)",
+            phase_s(cfg(|c| {
+                c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
         (
             "E (both directions, adaptive advertising, 1 credit)",
             phase_e(cfg(|c| {
@@ -485,6 +564,8 @@ fn checker_catches_broken_rules() {
             &["P3", "P4", "P5", "PROTO", "P2"][..],
         ),
         (Mutation::SendDoneBeforePut, &["PUT"][..]),
+        (Mutation::SelfPastInFlight, &["P2", "P3"][..]),
+        (Mutation::SelfIntoAdvertised, &["P5", "P1"][..]),
     ] {
         let c = cfg(|c| {
             c.mutation = m;
@@ -492,8 +573,14 @@ fn checker_catches_broken_rules() {
                 adaptive(c);
             }
         });
-        let mut progs = phase_a(c);
-        progs.extend(phase_b(c, 2));
+        let progs = match m {
+            Mutation::SelfPastInFlight | Mutation::SelfIntoAdvertised => phase_s(c),
+            _ => {
+                let mut progs = phase_a(c);
+                progs.extend(phase_b(c, 2));
+                progs
+            }
+        };
         let rep = run(&format!("mutation {m:?}"), progs);
         assert!(
             rep.failures.keys().any(|k| expect.contains(k)),

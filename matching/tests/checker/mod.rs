@@ -619,8 +619,26 @@ impl Step<'_> {
                             buf,
                         };
                         self.w.sres[g] = SRes::Pending;
-                        // as the driver does: the fast path when the send can leave now
-                        if let Some((header, len)) = e.send_now(&spec).expect("valid send") {
+                        // as the driver does: a standard send to itself straight into
+                        // a posted receive that takes it, else the fast path when the
+                        // send can leave now
+                        let to_self = match dst == rank {
+                            true => e.send_to_self(&spec).expect("valid send"),
+                            false => None,
+                        };
+                        if let Some(d) = to_self {
+                            if let Some(l) = &mut self.log {
+                                l.push(format!("    rank {rank} -> itself: {d:?}"));
+                            }
+                            let r = self.recv_idx(rank, d.recv);
+                            let data = self.p.payload(g)[d.range.clone()].to_vec();
+                            self.w.buf[r][..data.len()].copy_from_slice(&data);
+                            self.w.sres[g] = SRes::Sent;
+                            match d.done {
+                                Some(outcome) => self.recv_done(r, outcome),
+                                None => self.v("SELF", "no completion handed back".into()),
+                            }
+                        } else if let Some((header, len)) = e.send_now(&spec).expect("valid send") {
                             self.carry(rank, dst, header.as_bytes(), Some((g, len)));
                             self.w.sres[g] = SRes::Sent;
                         } else {
