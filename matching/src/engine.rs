@@ -1082,11 +1082,11 @@ impl Engine {
     }
 
     /// A standard send to this rank itself that a posted receive takes at once, without
-    /// a message (rule 17): the receive is matched and completed here as an eager send request
-    /// from this rank would be on arrival (rule 1's order holds: it is the first posted
-    /// receive that matches), and the send is complete when this returns. The driver
-    /// copies the range of the send buffer that the returned [`Deliver`] names into the
-    /// receive's buffer, exactly as for a delivery from [`Engine::handle`].
+    /// a message (rule 17): the receive is matched and completed here as an eager send
+    /// request from this rank would be on arrival (it is the first posted receive that
+    /// matches), and the send is complete when this returns. The driver copies the
+    /// range of the send buffer that the returned [`Deliver`] names into the receive's
+    /// buffer, exactly as for a delivery from [`Engine::handle`].
     ///
     /// Only when nothing to itself is on its way (a send request or a receive request
     /// not yet handled, an output or a queued message not yet sent) and no receive is
@@ -1098,12 +1098,25 @@ impl Engine {
     /// ones before it).
     ///
     /// ```
-    /// use matching::{Config, Engine, RecvSpec, Source, TagSel, SendSpec, SendMode, RemoteBuf};
+    /// use matching::{Config, Engine, RecvSpec, RemoteBuf, SendMode, SendSpec, Source, TagSel};
     /// let mut e = Engine::new(0, 1, Config::default());
     /// let r = e
-    ///     .post_recv(RecvSpec { source: Source::Rank(0), tag: TagSel::Tag(7), ctx: 0, capacity: 8, buf: None })
+    ///     .post_recv(RecvSpec {
+    ///         source: Source::Rank(0),
+    ///         tag: TagSel::Tag(7),
+    ///         ctx: 0,
+    ///         capacity: 8,
+    ///         buf: None,
+    ///     })
     ///     .unwrap();
-    /// let spec = SendSpec { dest: 0, tag: 7, ctx: 0, len: 4, mode: SendMode::Standard, buf: RemoteBuf::default() };
+    /// let spec = SendSpec {
+    ///     dest: 0,
+    ///     tag: 7,
+    ///     ctx: 0,
+    ///     len: 4,
+    ///     mode: SendMode::Standard,
+    ///     buf: RemoteBuf::default(),
+    /// };
     /// let d = e.send_to_self(&spec).unwrap().expect("the receive is posted");
     /// assert_eq!((d.recv, d.range), (r, 0..4));
     /// assert!(d.done.is_some() && e.is_idle());
