@@ -7,7 +7,8 @@
 #   singleton (examples/selfloop.rs, reference/selfloop.c). Instructions per round =
 #   (I(N2) - I(N1)) / (N2 - N1), so start-up and shut-down cancel out. Both C MPIs
 #   have a dedicated path for messages to self (MPICH ch4's self path, Open MPI's
-#   `self` BTL); rsmpi's self messages take the same path as any other.
+#   `self` BTL), and so does rsmpi (protocol rule 17: a send to itself goes straight
+#   into a posted receive that takes it).
 # * pair: two ranks on shared memory. Rank 0 posts a receive, sends 8 bytes to rank 1,
 #   sleeps 5 ms so that the reply is there, and waits (examples/pairloop.rs,
 #   reference/pairloop.c); only rank 0 runs under callgrind, collecting inside the
