@@ -564,6 +564,21 @@ impl Step<'_> {
         }
     }
 
+    /// Copies a delivery's payload `data` into its receive at `rank`, as the driver
+    /// does, then applies the completion handed back with it.
+    fn delivered(&mut self, rank: Rank, d: Deliver, data: &[u8]) {
+        let r = self.recv_idx(rank, d.recv);
+        if data.len() as u64 > CAP {
+            self.v("P1", "eager copy past the buffer".into());
+        } else {
+            self.w.buf[r][..data.len()].copy_from_slice(data);
+        }
+        // a completion handed back with the payload, after the copy
+        if let Some(outcome) = d.done {
+            self.recv_done(r, outcome);
+        }
+    }
+
     fn apply(&mut self, act: Act) -> bool {
         let n = self.p.n();
         match act {
@@ -630,14 +645,12 @@ impl Step<'_> {
                             if let Some(l) = &mut self.log {
                                 l.push(format!("    rank {rank} -> itself: {d:?}"));
                             }
-                            let r = self.recv_idx(rank, d.recv);
-                            let data = self.p.payload(g)[d.range.clone()].to_vec();
-                            self.w.buf[r][..data.len()].copy_from_slice(&data);
-                            self.w.sres[g] = SRes::Sent;
-                            match d.done {
-                                Some(outcome) => self.recv_done(r, outcome),
-                                None => self.v("SELF", "no completion handed back".into()),
+                            if d.done.is_none() {
+                                self.v("SELF", "no completion handed back".into());
                             }
+                            let data = self.p.payload(g)[d.range.clone()].to_vec();
+                            self.w.sres[g] = SRes::Sent;
+                            self.delivered(rank, d, &data);
                         } else if let Some((header, len)) = e.send_now(&spec).expect("valid send") {
                             self.carry(rank, dst, header.as_bytes(), Some((g, len)));
                             self.w.sres[g] = SRes::Sent;
@@ -720,17 +733,8 @@ impl Step<'_> {
                 match res {
                     Err(e) => self.v("PROTO", format!("rank {to}: {e}")),
                     Ok(Some(d)) => {
-                        let r = self.recv_idx(to, d.recv);
                         let data = &bytes[d.range.clone()];
-                        if data.len() as u64 > CAP {
-                            self.v("P1", "eager copy past the buffer".into());
-                        } else {
-                            self.w.buf[r][..data.len()].copy_from_slice(data);
-                        }
-                        // a completion handed back with the payload, after the copy
-                        if let Some(outcome) = d.done {
-                            self.recv_done(r, outcome);
-                        }
+                        self.delivered(to, d, data);
                     }
                     Ok(None) => {}
                 }
