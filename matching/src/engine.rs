@@ -273,9 +273,10 @@ impl Engine {
     /// receiver returns credits explicitly only when it owes `low_water` of them, as
     /// flow control needs, and no longer to tell a sender how far it has read (rule
     /// 13), which only keeps the sender's crossing list short. So the last barrier's
-    /// messages do not set off a `Credit` to a peer that may already have left: over
-    /// libfabric's verbs provider, a message still on its way when both ends close
-    /// crashed inside the provider.
+    /// messages do not set off a `Credit` that nobody will read. (Over libfabric's
+    /// verbs provider such a message, still on its way when both ends closed, crashed
+    /// inside the provider; the transport's `close` and the fence after it now make it
+    /// harmless, `docs/transports.md`, "How it grew for teardown".)
     pub fn closing(&mut self) {
         self.closing = true;
     }

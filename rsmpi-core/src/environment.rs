@@ -354,6 +354,18 @@ impl Drop for Universe {
         crate::tools::finish();
         progress::with(|s| s.engine.closing());
         crate::collective::CommunicatorCollectives::barrier(&self.world());
+        // the transport finishes its traffic (a network endpoint must not close while
+        // a peer still reads from its own, `Transport::close`), then every rank waits
+        // for the others outside it before any lets it go
+        progress::with(|s| {
+            let me = s.rank();
+            if let Err(e) = s.transport.close() {
+                eprintln!("rsmpi: rank {me}: MPI_Finalize: closing the transport: {e}");
+            }
+            if let Err(e) = s.boot.fence() {
+                eprintln!("rsmpi: rank {me}: MPI_Finalize: the last fence: {e}");
+            }
+        });
         progress::uninstall();
         FINALIZED.store(true, std::sync::atomic::Ordering::Relaxed);
     }

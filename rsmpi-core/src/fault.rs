@@ -160,6 +160,9 @@ impl Transport for Faulty {
         }
         Ok(n)
     }
+    fn close(&mut self) -> Result<(), TransportError> {
+        self.inner.close()
+    }
 }
 
 /// Sleeps before a trace write (`RSMPI_FAULT_TRACE_WRITE_MS`; the rank is the

@@ -263,6 +263,19 @@ pub trait Transport {
         let _ = f;
         Ok(0)
     }
+
+    /// Finishes this rank's traffic before the job ends (`MPI_Finalize`, after its
+    /// last barrier): on return nothing this rank sent is still on its way and every
+    /// message a peer sent it has arrived (and was dropped: the library above has
+    /// finished). The caller then waits for every rank at a fence outside the
+    /// transport (the launcher's), and only after it lets the transport go, so that no
+    /// rank tears down an endpoint while a peer still reads from its own. Transports
+    /// whose teardown cannot disturb a peer keep the default, which does nothing. An
+    /// error names a peer that could not be finished with (it may have died); the
+    /// transport is still let go.
+    fn close(&mut self) -> Result<(), TransportError> {
+        Ok(())
+    }
 }
 
 /// One incoming control message, as [`Transport::poll_incoming`] hands it over.

@@ -221,6 +221,18 @@ impl Transport for Routed {
         }
         Ok(n)
     }
+
+    fn close(&mut self) -> Result<(), TransportError> {
+        // every part is closed, whatever the others said
+        let mut first = Ok(());
+        for p in &mut self.parts {
+            let r = p.close();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
 }
 
 #[cfg(test)]

@@ -806,6 +806,11 @@ impl Endpoint {
         }
     }
 
+    /// Sends posted with [`Endpoint::send`] whose completion has not been read yet.
+    pub fn sends_in_flight(&self) -> usize {
+        self.send.state.len() - self.free_send.len()
+    }
+
     /// Sends the concatenation of `parts` (at most the provider's inject size) with
     /// fi_inject: the data is copied before the call returns, no completion follows.
     pub fn inject(&mut self, dest: u64, parts: &[&[u8]]) -> Result<Post, FiError> {

@@ -6,6 +6,7 @@ mod ffi;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
+use std::time::{Duration, Instant};
 
 use transport::{check_bounds, Caps, Exchange, Posted, Rank, RemoteBuf, Transport, TransportError};
 
@@ -17,6 +18,8 @@ use ffi::{AddrKind, Endpoint, ErrKind, Event, FiError, InfoDesc, InfoList, Local
 /// Bytes of our own header in front of every control message: the sender's rank and
 /// the message's sequence number on its (sender, receiver) pair, both u32 LE.
 const WIRE_HDR: usize = 8;
+/// In the header's rank word: the message is the sender's goodbye (`goodbye`).
+const BYE: u32 = 1 << 31;
 /// One bounce slot: a maximum control message plus our header, in whole cache lines.
 const SLOT_BYTES: usize = (MAX_CTRL + WIRE_HDR).div_ceil(64) * 64;
 /// Send bounce slots (shared by all peers).
@@ -26,6 +29,9 @@ const SEND_SLOTS: usize = 64;
 const RECV_SLOTS: usize = 64;
 /// Completion-queue reads per `poll`, at most (each takes up to 64 entries).
 const POLL_READS: usize = 16;
+/// How long a closing transport waits for its peers' goodbyes before it closes anyway
+/// (a peer that died without its goodbye, for example).
+const GOODBYE_WAIT: Duration = Duration::from_secs(10);
 /// Providers that are known to hang here; only used when named explicitly.
 const SKIPPED: &[&str] = &["sockets", "udp;ofi_rxd"];
 
@@ -174,6 +180,8 @@ enum Held {
     Slot(usize),
     /// Copied out of its slot (it arrived before an earlier message of its source).
     Copy(Vec<u8>),
+    /// The source's goodbye: it sends nothing after it.
+    Bye,
 }
 
 /// The libfabric [`Transport`]; see the crate docs.
@@ -197,6 +205,11 @@ pub struct OfiTransport {
     inject_size: usize,
     /// Largest single RMA operation (ep_attr->max_msg_size).
     chunk: usize,
+    /// Every rank's address is in the address vector (`new` has finished): only then
+    /// are goodbyes sent at close.
+    connected: bool,
+    /// Peers whose goodbye has arrived (see [`OfiTransport::goodbye`]).
+    bye: Vec<bool>,
     /// Next requested registration key (unique over the life of the transport, so
     /// that a stale descriptor can never match a later registration).
     next_key: u64,
@@ -318,6 +331,7 @@ impl OfiTransport {
         }
         // Nobody sends before everybody has inserted every address.
         ex.fence()?;
+        t.connected = true;
         Ok(t)
     }
 
@@ -364,6 +378,8 @@ impl OfiTransport {
             idle: (0..RECV_SLOTS).rev().collect(),
             errors: VecDeque::new(),
             gone: vec![None; size as usize],
+            connected: false,
+            bye: vec![false; size as usize],
             next_src: 0,
             events: Vec::new(),
         };
@@ -432,12 +448,12 @@ impl OfiTransport {
                 Event::Recv { slot } => {
                     let data = self.ep.recv_data(slot).unwrap_or(&[]);
                     let parsed = (data.len() >= WIRE_HDR).then(|| {
-                        let src = u32::from_le_bytes(data[0..4].try_into().unwrap());
+                        let word = u32::from_le_bytes(data[0..4].try_into().unwrap());
                         let seq = u32::from_le_bytes(data[4..8].try_into().unwrap());
-                        (src, seq)
+                        (word & !BYE, seq, word & BYE != 0)
                     });
                     match parsed {
-                        Some((src, seq)) if src < self.size => {
+                        Some((src, seq, bye)) if src < self.size => {
                             let pending = &mut self.pending[src as usize];
                             // Deliverable once the messages before it are: the end of
                             // the contiguous run from the next expected one.
@@ -445,7 +461,10 @@ impl OfiTransport {
                             while pending.contains_key(&next) {
                                 next = next.wrapping_add(1);
                             }
-                            let held = if seq == next {
+                            let held = if bye {
+                                self.idle.push(slot);
+                                Held::Bye
+                            } else if seq == next {
                                 Held::Slot(slot)
                             } else {
                                 // Out of order: copy it out and free the slot at once,
@@ -494,6 +513,105 @@ impl OfiTransport {
         }
         self.events = events;
         self.repost()
+    }
+
+    /// Hands up to `max` received messages to `f`: round robin over the sources, one
+    /// message per source per turn, each source's messages strictly in sequence
+    /// order. A goodbye is noted, not handed on.
+    fn deliver(&mut self, max: usize, f: &mut dyn FnMut(Rank, &[u8])) -> usize {
+        let n = self.size as usize;
+        let (mut got, mut idle, mut s) = (0, 0, self.next_src);
+        while got < max && idle < n {
+            let want = self.rx_seq[s];
+            match self.pending[s].remove(&want) {
+                Some(held) => {
+                    match held {
+                        Held::Slot(slot) => {
+                            let data = self.ep.recv_data(slot).unwrap_or(&[]);
+                            f(s as Rank, data.get(WIRE_HDR..).unwrap_or(&[]));
+                            self.idle.push(slot);
+                        }
+                        Held::Copy(m) => f(s as Rank, &m),
+                        Held::Bye => self.bye[s] = true,
+                    }
+                    self.rx_seq[s] = want.wrapping_add(1);
+                    got += 1;
+                    idle = 0;
+                    s = (s + 1) % n;
+                    self.next_src = s;
+                }
+                None => {
+                    idle += 1;
+                    s = (s + 1) % n;
+                }
+            }
+        }
+        got
+    }
+
+    /// The last exchange before the endpoint closes. Closing with a message still on
+    /// its way, in either direction, has crashed libfabric's `verbs;ofi_rxm` inside the
+    /// provider (a `Credit` set off by `MPI_Finalize`'s last barrier; the crate docs,
+    /// "Teardown"). So every rank sends each reachable peer a goodbye after everything
+    /// else it sent (with a completion, unlike `fi_inject`), then keeps reading until
+    /// every reachable peer's goodbye has arrived and its own sends have completed.
+    /// Messages are delivered in order per source, so a peer's goodbye comes after all
+    /// it ever sent us, and nothing follows it; what arrives before it now is dropped.
+    /// Gives up after [`GOODBYE_WAIT`], and at once for a peer found unreachable. Runs
+    /// once.
+    fn goodbye(&mut self) -> Result<(), TransportError> {
+        if !std::mem::take(&mut self.connected) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + GOODBYE_WAIT;
+        let late = |p: usize| {
+            TransportError::PeerGone(
+                p as Rank,
+                format!("no goodbye within {} s of closing", GOODBYE_WAIT.as_secs()),
+            )
+        };
+        let me = self.rank as usize;
+        let reachable = |t: &OfiTransport, p: usize| p != me && t.gone[p].is_none();
+        for p in 0..self.size as usize {
+            while reachable(self, p) {
+                let mut wire = self.wire_header(p as Rank);
+                wire[0..4].copy_from_slice(&(self.rank | BYE).to_le_bytes());
+                match self.ep.send(p as u64, &[&wire[..]]) {
+                    Ok(Post::Done) => {
+                        self.tx_seq[p] = self.tx_seq[p].wrapping_add(1);
+                        break;
+                    }
+                    Ok(Post::Again | Post::NoSlot) => {
+                        self.progress_once()?;
+                        self.errors.clear();
+                        self.deliver(usize::MAX, &mut |_, _| {});
+                        if Instant::now() > deadline {
+                            return Err(late(p));
+                        }
+                    }
+                    Err(e) => self.gone[p] = Some(e.text),
+                }
+            }
+        }
+        loop {
+            self.errors.clear();
+            self.deliver(usize::MAX, &mut |_, _| {});
+            let unheard = (0..self.size as usize).find(|&p| reachable(self, p) && !self.bye[p]);
+            if unheard.is_none() && self.ep.sends_in_flight() == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(late(unheard.unwrap_or(me)));
+            }
+            self.progress_once()?;
+        }
+        match self.gone.iter().position(Option::is_some) {
+            Some(p) => Err(TransportError::PeerGone(
+                p as Rank,
+                self.gone[p].clone().unwrap_or_default(),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Reads the completion queue once and files what it held.
@@ -617,6 +735,12 @@ fn bad_message(what: String) -> TransportError {
     }
 }
 
+impl Drop for OfiTransport {
+    fn drop(&mut self) {
+        let _ = self.goodbye();
+    }
+}
+
 impl Transport for OfiTransport {
     fn rank(&self) -> Rank {
         self.rank
@@ -678,34 +802,7 @@ impl Transport for OfiTransport {
         if let Some(e) = self.errors.pop_front() {
             return Err(e);
         }
-        // Round robin over the sources, one message per source per turn, each source's
-        // messages strictly in sequence order.
-        let n = self.size as usize;
-        let (mut got, mut idle, mut s) = (0, 0, self.next_src);
-        while got < max && idle < n {
-            let want = self.rx_seq[s];
-            match self.pending[s].remove(&want) {
-                Some(held) => {
-                    match held {
-                        Held::Slot(slot) => {
-                            let data = self.ep.recv_data(slot).unwrap_or(&[]);
-                            f(s as Rank, data.get(WIRE_HDR..).unwrap_or(&[]));
-                            self.idle.push(slot);
-                        }
-                        Held::Copy(m) => f(s as Rank, &m),
-                    }
-                    self.rx_seq[s] = want.wrapping_add(1);
-                    got += 1;
-                    idle = 0;
-                    s = (s + 1) % n;
-                    self.next_src = s;
-                }
-                None => {
-                    idle += 1;
-                    s = (s + 1) % n;
-                }
-            }
-        }
+        let got = self.deliver(max, f);
         self.repost()?;
         Ok(got)
     }
@@ -768,5 +865,13 @@ impl Transport for OfiTransport {
     ) -> Result<Posted, TransportError> {
         self.one_sided(peer, Local::Dst(dst), src, offset)?;
         Ok(Posted::Done)
+    }
+
+    /// The last exchange with every peer ([`OfiTransport::goodbye`]); `Drop` does the
+    /// same when it has not run, without the fence after it. `Err` names a peer whose
+    /// goodbye did not come within [`GOODBYE_WAIT`] (it may have died), or one found
+    /// unreachable.
+    fn close(&mut self) -> Result<(), TransportError> {
+        self.goodbye()
     }
 }
