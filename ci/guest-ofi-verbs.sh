@@ -10,9 +10,12 @@ hostname rsmpi-guest
 export FI_UNIVERSE_SIZE=16
 export FI_PROVIDER="verbs;ofi_rxm" RSMPI_OFI_PROVIDER="verbs;ofi_rxm"
 export CONFORMANCE_TRANSPORT=ofi
-# the job cases only: the soak on libfabric 1.17's verbs;ofi_rxm over rxe has crashed
-# inside libfabric here (a segfault in the provider, receiver matching, 3 ranks);
-# rsmpi's own verbs transport runs the soak and the fault cases (ci/guest-verbs.sh)
+# the job cases, then (without a filter) the short soak; the host cases inspect this
+# node's shared memory, and rsmpi's own verbs transport runs the fault cases
+# (ci/guest-verbs.sh). The soak was left out here while it crashed inside libfabric at
+# times (a segfault in the provider at the end of a job); since MPI_Finalize closes the
+# transport with a goodbye and a fence (docs/transports.md, "How it grew for
+# teardown") it has passed every run
 export CONFORMANCE_JOBS_ONLY=1
 # the guest is emulated (TCG): several times slower than the host
 export CONFORMANCE_TIMEOUT=${CONFORMANCE_TIMEOUT:-600}
@@ -21,5 +24,8 @@ exe=$1; shift
 echo "== uptime at start: $(cut -d' ' -f1 /proc/uptime)"
 "$exe" "$@"
 rc=$?
+if [ $# -eq 0 ]; then
+    env -u CONFORMANCE_JOBS_ONLY "$exe" soak_short
+fi
 echo "== uptime at end: $(cut -d' ' -f1 /proc/uptime)"
 exit $rc
