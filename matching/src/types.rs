@@ -328,7 +328,9 @@ pub struct Stats {
     pub direct_writes: u64,
     /// Of those, the ones carried inline in their notice.
     pub inline_writes: u64,
-    /// Sends that went as a send request with the payload inline.
+    /// Sends that went as a send request with the payload inline, and standard
+    /// eager sends to itself that went straight into a posted receive (rule 17,
+    /// [`Engine::send_to_self`](crate::Engine::send_to_self)).
     pub eager_sends: u64,
     /// Sends that went as a rendezvous send request (receiver reads).
     pub rndv_sends: u64,
