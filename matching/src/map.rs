@@ -589,10 +589,10 @@ impl<K: Numbered + Hash, V: Hash> Hash for Window<K, V> {
 /// A map of requests by number ([`Numbered`]) that keeps one entry beside the table:
 /// while one request is pending (every blocking call, most ping-pongs) inserting,
 /// finding and removing it is a comparison. The others sit in a [`Window`], indexed
-/// by number. The entry beside the window is the first of its requests, until
-/// [`PASSED`] others have passed it; then the newest takes its place. Equality and hashing see only the entries, not
-/// where they are kept. The engine keeps its requests in these, and so does
-/// `rsmpi-core`.
+/// by number. The entry beside the window is the first of its requests, until 256
+/// others have passed it (`PASSED`); then the newest takes its place. Equality and
+/// hashing see only the entries, not where they are kept. The engine keeps its
+/// requests in these, and so does `rsmpi-core`.
 ///
 /// ```
 /// let mut m = matching::OneMap::default();
