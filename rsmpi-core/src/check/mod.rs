@@ -139,67 +139,207 @@ struct Kept {
 /// A vector clock, one value per world rank.
 type Clock = Box<[u64]>;
 
-/// The notes received from one rank and not yet paired with their messages. A rank's
-/// messages are nearly always taken in the order it sent them, so its notes wait in
-/// that order, with their clocks end to end beside them: pairing one is a comparison
-/// and no allocation. Notes passed over by a message taken ahead of them (on another
+/// The notes received from one rank and not yet paired with their messages, in the
+/// batches they came in. A rank's messages are nearly always taken in the order it
+/// sent them, so a note is read from its batch only when its message is taken:
+/// pairing one is a read of its fixed part, a comparison and a copy of its clock, with
+/// no allocation. Notes passed over by a message taken ahead of them (on another
 /// channel) move to a table.
 #[derive(Default)]
 struct Inbox {
-    fifo: VecDeque<Kept>,
-    /// The clocks of the notes in `fifo` (each the clock's width), from `head` on.
-    clocks: Vec<u64>,
-    head: usize,
+    /// Batches received and not read to their end, oldest first (each a run of notes
+    /// behind their lengths, [`put_note`]).
+    batches: VecDeque<Vec<u8>>,
+    /// How far the oldest batch has been read.
+    at: usize,
     passed: HashMap<(u32, i32, u64), (Kept, Clock)>,
 }
 
+/// A note that does not read as one ([`put_note`]).
+#[derive(Debug)]
+struct Malformed;
+
 impl Inbox {
-    /// Keeps a note received, with its clock.
-    fn push(&mut self, kept: Kept, clock: impl IntoIterator<Item = u64>) {
-        if self.head == self.clocks.len() {
-            self.clocks.clear();
-            self.head = 0;
-        } else if self.head >= 4096 && self.head * 2 >= self.clocks.len() {
-            // a steady stream may never empty the queue: drop the clocks paired so far
-            self.clocks.drain(..self.head);
-            self.head = 0;
+    /// Keeps a batch of notes received.
+    fn push(&mut self, batch: Vec<u8>) {
+        if !batch.is_empty() {
+            self.batches.push_back(batch);
         }
-        self.fifo.push_back(kept);
-        self.clocks.extend(clock);
+    }
+
+    /// Whether no note is waiting.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.batches.is_empty() && self.passed.is_empty()
+    }
+
+    /// Reads the next note of the oldest batch, its clock (of `width` values) into
+    /// `clock`; the file name it gives, if any, joins `files` (the sender's, by
+    /// number). `Ok(None)` if every batch has been read.
+    fn next(
+        &mut self,
+        files: &mut Vec<Arc<str>>,
+        width: usize,
+        clock: &mut Vec<u64>,
+    ) -> Result<Option<Kept>, Malformed> {
+        let Some(b) = self.batches.front() else {
+            return Ok(None);
+        };
+        let len = b
+            .get(self.at..self.at + 4)
+            .map(|l| u32::from_le_bytes(l.try_into().expect("4")) as usize)
+            .ok_or(Malformed)?;
+        let note = b.get(self.at + 4..self.at + 4 + len).ok_or(Malformed)?;
+        let kept = read_note(note, files, width, clock).ok_or(Malformed)?;
+        self.at += 4 + len;
+        if self.at == b.len() {
+            self.batches.pop_front();
+            self.at = 0;
+        }
+        Ok(Some(kept))
     }
 
     /// The note of message `seq` on channel (`ctx`, `tag`), with its clock in `clock`
-    /// (of `width` values); `None` if it has not arrived.
+    /// (of `width` values); `Ok(None)` if it has not arrived. Notes read on the way
+    /// name their files into `files`.
     fn take(
         &mut self,
         ctx: u32,
         tag: i32,
         seq: u64,
+        files: &mut Vec<Arc<str>>,
         width: usize,
         clock: &mut Vec<u64>,
-    ) -> Option<Kept> {
-        let want = |k: &Kept| k.ctx == ctx && k.tag == tag && k.seq == seq;
+    ) -> Result<Option<Kept>, Malformed> {
         if !self.passed.is_empty() {
             if let Some((k, c)) = self.passed.remove(&(ctx, tag, seq)) {
                 clock.clear();
                 clock.extend_from_slice(&c);
-                return Some(k);
+                return Ok(Some(k));
             }
         }
         loop {
-            let k = self.fifo.pop_front()?;
-            let c = &self.clocks[self.head..self.head + width];
-            self.head += width;
-            if want(&k) {
-                clock.clear();
-                clock.extend_from_slice(c);
-                return Some(k);
+            let Some(k) = self.next(files, width, clock)? else {
+                return Ok(None);
+            };
+            if k.ctx == ctx && k.tag == tag && k.seq == seq {
+                return Ok(Some(k));
             }
             // a note whose message comes later, on another channel
-            let c: Clock = c.into();
+            let c: Clock = clock.as_slice().into();
             self.passed.insert((k.ctx, k.tag, k.seq), (k, c));
         }
     }
+}
+
+/// What a note says before its file name, type signature and clock.
+struct NoteHead {
+    ctx: u32,
+    tag: i32,
+    seq: u64,
+    line: u32,
+    op: Option<Op>,
+    /// The send's source file by number (`NO_FILE`: none).
+    file: u32,
+}
+
+/// Appends a note to a batch, behind its length: its head; the file's name, when
+/// the sender names it for the first time; its type signature, if any; its clock
+/// (empty without the race check).
+fn put_note(
+    b: &mut Vec<u8>,
+    n: &NoteHead,
+    name: Option<&str>,
+    ty: Option<&TypeSig>,
+    clock: &[u64],
+) {
+    let start = b.len();
+    // the fixed part in one write: length (filled in below), ctx, tag, seq, line,
+    // op, file number, whether the file's name follows
+    let mut head = [0u8; 30];
+    head[4..8].copy_from_slice(&n.ctx.to_le_bytes());
+    head[8..12].copy_from_slice(&n.tag.to_le_bytes());
+    head[12..20].copy_from_slice(&n.seq.to_le_bytes());
+    head[20..24].copy_from_slice(&n.line.to_le_bytes());
+    head[24] = n.op.map_or(u8::MAX, |o| o as u8);
+    head[25..29].copy_from_slice(&n.file.to_le_bytes());
+    head[29] = u8::from(name.is_some());
+    b.extend_from_slice(&head);
+    if let Some(name) = name {
+        b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+    }
+    match ty {
+        Some(t) => {
+            b.push(1);
+            t.encode(b);
+        }
+        None => b.push(0),
+    }
+    for c in clock {
+        b.extend_from_slice(&c.to_le_bytes());
+    }
+    let len = (b.len() - start - 4) as u32;
+    b[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Reads one note (without its length) of a sender whose files are `files`, its
+/// clock of `width` values into `clock`; `None` if it is malformed.
+fn read_note(
+    b: &[u8],
+    files: &mut Vec<Arc<str>>,
+    width: usize,
+    clock: &mut Vec<u64>,
+) -> Option<Kept> {
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let ctx = u32_at(0)?;
+    let tag = u32_at(4)? as i32;
+    let seq = u64_at(8)?;
+    let line = u32_at(16)?;
+    let op = Op::from_u8(*b.get(20)?);
+    let file = u32_at(21)?;
+    let mut o = 26;
+    if *b.get(25)? != 0 {
+        // a file named for the first time: its number is the next one
+        let flen = u32_at(26)? as usize;
+        let name = String::from_utf8_lossy(b.get(30..30 + flen)?);
+        if file as usize != files.len() {
+            return None;
+        }
+        files.push(Arc::from(name));
+        o = 30 + flen;
+    }
+    if file != NO_FILE && file as usize >= files.len() {
+        return None;
+    }
+    let ty = match *b.get(o)? {
+        0 => {
+            o += 1;
+            None
+        }
+        _ => {
+            o += 1;
+            Some(TypeSig::decode(b, &mut o)?)
+        }
+    };
+    let c = b.get(o..)?;
+    if c.len() != width * 8 {
+        return None;
+    }
+    clock.resize(width, 0);
+    for (v, c) in clock.iter_mut().zip(c.chunks_exact(8)) {
+        *v = u64::from_le_bytes(c.try_into().expect("8"));
+    }
+    Some(Kept {
+        ctx,
+        tag,
+        seq,
+        file,
+        line,
+        op,
+        ty,
+    })
 }
 
 /// A message as a report names it.
@@ -513,38 +653,26 @@ impl Notes {
                 }
             }
         };
-        let (b, count) = &mut self.pending[dest as usize];
-        let start = b.len();
-        // the fixed part in one write: length (filled in below), ctx, tag, seq,
-        // line, op, file number, whether the file's name follows
-        let mut head = [0u8; 30];
-        head[4..8].copy_from_slice(&ctx.to_le_bytes());
-        head[8..12].copy_from_slice(&tag.to_le_bytes());
-        head[12..20].copy_from_slice(&seq.to_le_bytes());
-        head[20..24].copy_from_slice(&line.to_le_bytes());
-        head[24] = call.op.map_or(u8::MAX, |o| o as u8);
-        head[25..29].copy_from_slice(&id.to_le_bytes());
-        head[29] = u8::from(new);
-        b.extend_from_slice(&head);
-        if new {
-            b.extend_from_slice(&(file.len() as u32).to_le_bytes());
-            b.extend_from_slice(file.as_bytes());
-        }
-        match ty.filter(|_| self.types) {
-            Some(t) => {
-                b.push(1);
-                t.encode(b);
-            }
-            None => b.push(0),
-        }
         if self.races {
             self.clock[self.me as usize] += 1;
-            for c in &self.clock {
-                b.extend_from_slice(&c.to_le_bytes());
-            }
         }
-        let len = (b.len() - start - 4) as u32;
-        b[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        let head = NoteHead {
+            ctx,
+            tag,
+            seq,
+            line,
+            op: call.op,
+            file: id,
+        };
+        let clock: &[u64] = if self.races { &self.clock } else { &[] };
+        let (b, count) = &mut self.pending[dest as usize];
+        put_note(
+            b,
+            &head,
+            new.then_some(file),
+            ty.filter(|_| self.types),
+            clock,
+        );
         *count += 1;
         self.held += 1;
         *count
@@ -570,9 +698,19 @@ impl Notes {
                         TagSel::Tag(t) => t == m.tag,
                     };
                 if races {
-                    // each receive is reported once
-                    let w = group.remove(i).expect("in range");
-                    report.push((w, m.clone()));
+                    // each receive is reported once; past the most to print, only
+                    // counted
+                    let w = if i == 0 {
+                        group.pop_front()
+                    } else {
+                        group.remove(i)
+                    }
+                    .expect("in range");
+                    if self.printed + (report.len() as u64) < self.max_reports {
+                        report.push((w, m.clone()));
+                    } else {
+                        self.found += 1;
+                    }
                 } else {
                     i += 1;
                 }
@@ -583,7 +721,11 @@ impl Notes {
         }
         self.clock[me] += 1;
         let k = &mut self.known_by[m.src as usize];
-        *k = (*k).max(known);
+        if known <= *k {
+            // nothing new known of this rank: no watched receive is past racing
+            return;
+        }
+        *k = known;
         // a receive that took a message from `g` can race only with the messages of
         // ranks other than `g`; once each of them has been seen to know of it, never
         let (mut low, mut low_at, mut second) = (u64::MAX, usize::MAX, u64::MAX);
@@ -757,11 +899,25 @@ fn check_events(block: bool) {
     };
     let mut found = Vec::new();
     let mut mismatches = Vec::new();
+    // the batches that have arrived, from every rank, out of the unexpected queue: a
+    // wildcard receive of the user's looks past each one still there
+    let (me, size) = with_notes(|r| (r.me, r.inbox.len())).unwrap_or((0, 0));
+    tools::own_traffic(|| {
+        for src in (0..size as u32).filter(|&p| p != me) {
+            while let Some(b) = crate::point_to_point::arrived_vec(&tool, src as i32, 0) {
+                with_notes(|r| r.take_batch(src, b));
+            }
+        }
+    });
     tools::own_traffic(|| loop {
         // the receives whose notes are here, in one visit
         let next = with_notes(|r| r.run_events(&mut found, &mut mismatches, &mut owed));
-        let Some(Some(src)) = next else {
-            break;
+        let src = match next {
+            Some(Ok(Some(src))) => src,
+            Some(Err(Malformed)) => {
+                crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
+            }
+            _ => break,
         };
         // the next one's note has not been taken in yet: wait for it if it is owed
         let batch = if block && owed > 0 {
@@ -772,9 +928,7 @@ fn check_events(block: bool) {
         let Some(b) = batch else {
             break;
         };
-        if with_notes(|r| r.take_batch(src, &b)) == Some(false) {
-            crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
-        }
+        with_notes(|r| r.take_batch(src, b));
     });
     for (posted, src, tag, note, at) in mismatches {
         errors::type_mismatch(&posted, src, tag, &note, at);
@@ -815,7 +969,7 @@ impl Notes {
         found: &mut Vec<(Watched, Msg)>,
         mismatches: &mut Vec<Mismatch>,
         owed: &mut usize,
-    ) -> Option<u32> {
+    ) -> Result<Option<u32>, Malformed> {
         let width = if self.races { self.clock.len() } else { 0 };
         while let Some(ev) = self.events.front() {
             let (src, ctx, tag, seq) = match ev {
@@ -842,9 +996,11 @@ impl Notes {
                 }
             };
             let mut clock = std::mem::take(&mut self.scratch);
-            let Some(kept) = self.inbox[src as usize].take(ctx, tag, seq, width, &mut clock) else {
+            let files = &mut self.files_got[src as usize];
+            let taken = self.inbox[src as usize].take(ctx, tag, seq, files, width, &mut clock);
+            let Some(kept) = taken? else {
                 self.scratch = clock;
-                return Some(src);
+                return Ok(Some(src));
             };
             let Some(Event::Recv { posted, .. }) = self.events.pop_front() else {
                 unreachable!("the front is a receive")
@@ -873,7 +1029,7 @@ impl Notes {
             }
             self.scratch = clock;
         }
-        None
+        Ok(None)
     }
 
     /// The name of the source file world rank `src` numbers `id`.
@@ -881,83 +1037,9 @@ impl Notes {
         self.files_got[src as usize].get(id as usize).cloned()
     }
 
-    /// Keeps the notes of a batch from world rank `src`; false if it is malformed.
-    fn take_batch(&mut self, src: u32, b: &[u8]) -> bool {
-        let mut at = 0;
-        while at < b.len() {
-            let Some(len) = b
-                .get(at..at + 4)
-                .map(|l| u32::from_le_bytes(l.try_into().expect("4")) as usize)
-            else {
-                return false;
-            };
-            let Some(note) = b.get(at + 4..at + 4 + len) else {
-                return false;
-            };
-            if self.decode(src, note).is_none() {
-                return false;
-            }
-            at += 4 + len;
-        }
-        true
-    }
-
-    /// Keeps one note from world rank `src`; `None` if it is malformed.
-    fn decode(&mut self, src: u32, b: &[u8]) -> Option<()> {
-        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
-        let u64_at = |o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-        let ctx = u32_at(0)?;
-        let tag = u32_at(4)? as i32;
-        let seq = u64_at(8)?;
-        let line = u32_at(16)?;
-        let op = Op::from_u8(*b.get(20)?);
-        let file = u32_at(21)?;
-        let files = &mut self.files_got[src as usize];
-        let mut o = 26;
-        if *b.get(25)? != 0 {
-            // a file named for the first time: its number is the next one
-            let flen = u32_at(26)? as usize;
-            let name = String::from_utf8_lossy(b.get(30..30 + flen)?);
-            if file as usize != files.len() {
-                return None;
-            }
-            files.push(Arc::from(name));
-            o = 30 + flen;
-        }
-        if file != NO_FILE && file as usize >= files.len() {
-            return None;
-        }
-        let ty = match *b.get(o)? {
-            0 => {
-                o += 1;
-                None
-            }
-            _ => {
-                o += 1;
-                Some(TypeSig::decode(b, &mut o)?)
-            }
-        };
-        let clock = b.get(o..)?;
-        let width = if self.races { self.clock.len() } else { 0 };
-        if clock.len() != width * 8 {
-            return None;
-        }
-        let kept = Kept {
-            ctx,
-            tag,
-            seq,
-            file,
-            line,
-            op,
-            ty,
-        };
-        self.inbox[src as usize].push(
-            kept,
-            clock
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8"))),
-        );
-        Some(())
+    /// Keeps a batch of notes from world rank `src`.
+    fn take_batch(&mut self, src: u32, b: Vec<u8>) {
+        self.inbox[src as usize].push(b);
     }
 }
 
@@ -1040,16 +1122,28 @@ fn report(r: &mut Notes, w: &Watched, m: &Msg) {
 mod tests {
     use super::*;
 
-    fn kept(tag: i32, seq: u64) -> Kept {
-        Kept {
-            ctx: 0,
-            tag,
-            seq,
-            file: NO_FILE,
-            line: seq as u32,
-            op: None,
-            ty: None,
+    /// A batch of notes (tag, number, clock) on context 0, each with its number as its
+    /// line and no source file.
+    fn batch(notes: &[(i32, u64, [u64; 2])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for &(tag, seq, c) in notes {
+            let head = NoteHead {
+                ctx: 0,
+                tag,
+                seq,
+                line: seq as u32,
+                op: None,
+                file: NO_FILE,
+            };
+            put_note(&mut b, &head, None, None, &c);
         }
+        b
+    }
+
+    type Taken = Result<Option<Kept>, Malformed>;
+
+    fn take(ib: &mut Inbox, tag: i32, seq: u64, clock: &mut Vec<u64>) -> Taken {
+        ib.take(0, tag, seq, &mut Vec::new(), 2, clock)
     }
 
     #[test]
@@ -1057,55 +1151,102 @@ mod tests {
         let mut ib = Inbox::default();
         let mut clock = Vec::new();
         // a note not here yet: nothing
-        assert!(ib.take(0, 1, 0, 2, &mut clock).is_none());
-        ib.push(kept(1, 0), [10, 11]);
-        ib.push(kept(2, 0), [20, 21]);
-        ib.push(kept(1, 1), [30, 31]);
+        assert!(take(&mut ib, 1, 0, &mut clock).unwrap().is_none());
+        ib.push(batch(&[
+            (1, 0, [10, 11]),
+            (2, 0, [20, 21]),
+            (1, 1, [30, 31]),
+        ]));
         // in order: the front, with its own clock
-        assert_eq!(ib.take(0, 1, 0, 2, &mut clock).map(|k| k.line), Some(0));
+        let k = take(&mut ib, 1, 0, &mut clock).unwrap().unwrap();
+        assert_eq!(k.line, 0);
         assert_eq!(clock, [10, 11]);
         // out of order: tag 1's second message taken before tag 2's first
-        assert_eq!(
-            ib.take(0, 1, 1, 2, &mut clock).map(|k| (k.tag, k.seq)),
-            Some((1, 1))
-        );
+        let k = take(&mut ib, 1, 1, &mut clock).unwrap().unwrap();
+        assert_eq!((k.tag, k.seq), (1, 1));
         assert_eq!(clock, [30, 31]);
         assert_eq!(ib.passed.len(), 1);
+        // the batch was read to its end and let go
+        assert!(ib.batches.is_empty());
         // the note passed over is still there, with its clock
-        assert_eq!(
-            ib.take(0, 2, 0, 2, &mut clock).map(|k| (k.tag, k.seq)),
-            Some((2, 0))
-        );
+        let k = take(&mut ib, 2, 0, &mut clock).unwrap().unwrap();
+        assert_eq!((k.tag, k.seq), (2, 0));
         assert_eq!(clock, [20, 21]);
-        assert!(ib.passed.is_empty() && ib.fifo.is_empty());
-        // a missing note passes over only the notes sent before it
-        ib.push(kept(3, 0), [40, 41]);
-        assert!(ib.take(0, 1, 2, 2, &mut clock).is_none());
-        assert_eq!(ib.take(0, 3, 0, 2, &mut clock).map(|k| k.tag), Some(3));
+        assert!(ib.is_empty());
+        // a missing note passes over only the notes sent before it, across batches
+        ib.push(batch(&[(3, 0, [40, 41])]));
+        ib.push(batch(&[(3, 1, [42, 43])]));
+        assert!(take(&mut ib, 1, 2, &mut clock).unwrap().is_none());
+        assert_eq!(ib.passed.len(), 2);
+        assert_eq!(take(&mut ib, 3, 1, &mut clock).unwrap().unwrap().seq, 1);
+        assert_eq!(clock, [42, 43]);
+        assert_eq!(take(&mut ib, 3, 0, &mut clock).unwrap().unwrap().seq, 0);
         assert_eq!(clock, [40, 41]);
-        // the clocks start over once every note is paired
-        ib.push(kept(1, 2), [50, 51]);
-        assert_eq!(ib.clocks.len() - ib.head, 2);
-        assert_eq!(ib.take(0, 1, 2, 2, &mut clock).map(|k| k.seq), Some(2));
+        // and the one that was missing comes later
+        ib.push(batch(&[(1, 2, [50, 51])]));
+        assert_eq!(take(&mut ib, 1, 2, &mut clock).unwrap().unwrap().seq, 2);
         assert_eq!(clock, [50, 51]);
+        assert!(ib.is_empty());
     }
 
     #[test]
-    fn inbox_clocks_stay_bounded_in_a_steady_stream() {
+    fn inbox_keeps_only_unread_batches_in_a_steady_stream() {
         let mut ib = Inbox::default();
         let mut clock = Vec::new();
-        ib.push(kept(1, 0), [0, 0]);
+        ib.push(batch(&[(1, 0, [0, 0])]));
         for seq in 1..100_000u64 {
             // one note always waits: the queue never empties
-            ib.push(kept(1, seq), [seq, seq + 1]);
-            let k = ib.take(0, 1, seq - 1, 2, &mut clock).expect("here");
+            ib.push(batch(&[(1, seq, [seq, seq + 1])]));
+            let k = take(&mut ib, 1, seq - 1, &mut clock).unwrap().unwrap();
             assert_eq!(k.seq, seq - 1);
             assert_eq!(clock, [seq - 1, if seq == 1 { 0 } else { seq }]);
+            assert_eq!(ib.batches.len(), 1);
         }
-        assert!(
-            ib.clocks.len() < 3 * 4096,
-            "{} clock values kept",
-            ib.clocks.len()
-        );
+    }
+
+    #[test]
+    fn notes_name_their_files_once_and_malformed_ones_are_refused() {
+        let mut ib = Inbox::default();
+        let (mut files, mut clock) = (Vec::new(), Vec::new());
+        let head = |seq: u64, file: u32| NoteHead {
+            ctx: 5,
+            tag: 9,
+            seq,
+            line: 40 + seq as u32,
+            op: None,
+            file,
+        };
+        let mut b = Vec::new();
+        put_note(&mut b, &head(0, 0), Some("src/a.rs"), None, &[1]);
+        put_note(&mut b, &head(1, 0), None, None, &[2]);
+        ib.push(b);
+        for seq in 0..2 {
+            let k = ib
+                .take(5, 9, seq, &mut files, 1, &mut clock)
+                .unwrap()
+                .unwrap();
+            assert_eq!((k.file, k.line), (0, 40 + seq as u32));
+            assert_eq!(clock, [seq + 1]);
+        }
+        assert_eq!(files.len(), 1);
+        assert_eq!(&*files[0], "src/a.rs");
+        // a file numbered before it was named
+        let mut b = Vec::new();
+        put_note(&mut b, &head(2, 3), None, None, &[3]);
+        ib.push(b);
+        assert!(ib.take(5, 9, 2, &mut files, 1, &mut clock).is_err());
+        // a clock of the wrong width
+        let mut ib = Inbox::default();
+        let mut b = Vec::new();
+        put_note(&mut b, &head(3, NO_FILE), None, None, &[1, 2]);
+        ib.push(b);
+        assert!(ib.take(5, 9, 3, &mut files, 1, &mut clock).is_err());
+        // a batch cut short
+        let mut ib = Inbox::default();
+        let mut b = Vec::new();
+        put_note(&mut b, &head(4, NO_FILE), None, None, &[1]);
+        b.pop();
+        ib.push(b);
+        assert!(ib.take(5, 9, 4, &mut files, 1, &mut clock).is_err());
     }
 }
