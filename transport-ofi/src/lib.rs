@@ -188,22 +188,21 @@
 //! # Teardown
 //!
 //! Closing (`Transport::close`, which `MPI_Finalize` calls after its last barrier, or
-//! dropping the transport) first says goodbye:
-//! every rank sends each reachable peer a message whose header has the top bit of the
-//! rank word set, after everything else it sent and with `fi_send` (which completes,
-//! unlike `fi_inject`), then reads on until every reachable peer's goodbye has arrived
-//! and its own sends have completed (at most 10 s; a peer found unreachable is not
-//! waited for). Messages arrive in order per source, so once a peer's goodbye is in,
-//! nothing from it is still on its way, and nothing of ours is on its way to it once
-//! our sends have completed. What arrives in the meantime is dropped: the library
-//! above has finished. Without this, a message still in flight when both ends closed
-//! (a credit set off by `MPI_Finalize`'s last barrier) crashed `verbs;ofi_rxm` inside
-//! the provider, on both ranks, in the SoftRoCE guest. `MPI_Finalize` then waits at
-//! the launcher's fence (PMI) before it drops the transport: a rank whose peers had
-//! already closed their endpoints while it still read its completion queue for the
-//! last goodbyes crashed there the same way. Then the endpoint, completion queue and
-//! address vector close, then every registration, then domain and fabric; the bounce
-//! pools are freed last.
+//! dropping the transport) first says goodbye: every rank sends each reachable peer a
+//! message whose header has the top bit of the rank word set, after everything else
+//! it sent and with `fi_send` (which completes, unlike `fi_inject`), then reads on
+//! until every reachable peer's goodbye has arrived and its own sends have completed
+//! (at most 10 s; a peer found unreachable is not waited for). Messages arrive in
+//! order per source, so once a peer's goodbye is in, nothing from it is still on its
+//! way, and nothing of ours is on its way to it once our sends have completed. What
+//! arrives in the meantime is dropped: the library above has finished. Without this,
+//! a message still in flight when both ends closed (a credit set off by
+//! `MPI_Finalize`'s last barrier) crashed `verbs;ofi_rxm` inside the provider, on both
+//! ranks, in the SoftRoCE guest. `MPI_Finalize` then waits at the launcher's fence
+//! (PMI) before it drops the transport: a rank whose peers had already closed their
+//! endpoints while it still read its completion queue for the last goodbyes crashed
+//! there the same way. Then the endpoint, completion queue and address vector close,
+//! then every registration, then domain and fabric; the bounce pools are freed last.
 //!
 //! # Limitations
 //!
