@@ -1,6 +1,6 @@
 //! Closing at the end of a job (`Transport::close`, what `MPI_Finalize` calls after its
-//! last barrier): every rank sends each peer a few messages that nobody reads, then
-//! closes; the last rank closes a second later than the others. Each close returns
+//! last barrier): every rank sends each peer a few messages that the test does not
+//! read, then closes; the last rank closes two seconds later than the others. Each close returns
 //! only once every peer's goodbye is in, so the early ranks wait for the late one; it
 //! hands nothing up, then or after; a second close does nothing; and after a fence
 //! every rank lets the transport go and exits cleanly.
@@ -18,14 +18,14 @@ use transport_shm::testing::{run_ranks, RankEnv};
 /// hold them all (a sender never waits for a reader that will not come).
 const MSGS: u32 = 16;
 /// How much later than the others the last rank closes.
-const LATE: Duration = Duration::from_secs(1);
+const LATE: Duration = Duration::from_secs(2);
 
 fn close_with_traffic(env: RankEnv, provider: &str) {
     let mut t = open(&env, provider);
     let (me, n) = (env.rank, env.size);
-    polling_barrier(&mut t, &env, "start", &mut |from, _| {
-        panic!("rank {me}: a message from {from} before any was sent")
-    });
+    // a rank that leaves the barrier first may send before the others have left it:
+    // what they read meanwhile is read, the rest is not
+    polling_barrier(&mut t, &env, "start", &mut |_, _| {});
     let mut rng = Rng::new(u64::from(me) + 7);
     let mut payload = vec![0u8; 2048];
     for i in 0..MSGS {
@@ -44,9 +44,10 @@ fn close_with_traffic(env: RankEnv, provider: &str) {
         .unwrap_or_else(|e| panic!("rank {me} ({provider}): close: {e}"));
     let waited = started.elapsed();
     if !late {
-        // the late rank's goodbye came after its sleep
+        // the late rank's goodbye came after its sleep (half of it: the ranks do not
+        // start their sleep and their close at the same instant)
         assert!(
-            waited >= LATE - Duration::from_millis(200),
+            waited >= LATE / 2,
             "rank {me} ({provider}): close returned after {waited:?}, before the late rank's goodbye"
         );
     }
