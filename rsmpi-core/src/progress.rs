@@ -686,7 +686,7 @@ impl State {
 
     /// Copies a send to this rank into the receive that took it
     /// ([`Engine::send_to_self`]) and completes that receive.
-    #[inline(never)]
+    #[inline(always)]
     fn deliver_to_self(&mut self, d: matching::Deliver, bytes: &[u8]) {
         let (_, _, mut fin) = self.parts();
         let data = &bytes[d.range.clone()];
@@ -1063,6 +1063,33 @@ impl RegionHost for Host {
         if ids.is_empty() {
             return;
         }
+        self.quiesce_busy(ids);
+    }
+
+    /// The common case in one access to the library state: no request uses the
+    /// scope's buffers any more (they were all waited for), and they are released
+    /// at once.
+    #[inline(always)]
+    fn quiesce_then(&self, ids: &[RegionId], release: impl FnOnce(&mut Regions)) {
+        let release = with(|s| {
+            if ids.iter().all(|id| s.by_region.get(id).is_none()) {
+                release(&mut s.regions);
+                None
+            } else {
+                Some(release)
+            }
+        });
+        if let Some(release) = release {
+            self.quiesce_busy(ids);
+            self.with_regions(release);
+        }
+    }
+}
+
+impl Host {
+    /// [`RegionHost::quiesce`] of non-empty `ids`.
+    #[inline(never)]
+    fn quiesce_busy(&self, ids: &[RegionId]) {
         let (pending, leaked) = with(|s| {
             if ids.iter().all(|id| s.by_region.get(id).is_none()) {
                 // the common case (a blocking call's buffer): nothing left to cancel

@@ -360,7 +360,7 @@ pub(crate) fn cancel(key: Key) {
     })
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
     match d {
         Done::Recv(RecvOutcome::Received {

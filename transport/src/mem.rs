@@ -182,6 +182,16 @@ pub trait RegionHost {
     /// Called when the scope ends (also by unwinding): must not return while any
     /// operation may still read or write the regions `ids`.
     fn quiesce(&self, ids: &[RegionId]);
+    /// Called when the scope ends: quiesces `ids` as [`Self::quiesce`] does, then runs
+    /// `release` (which removes them) on the table. The default makes the two calls
+    /// apart; a host that can tell in one access to the table that no operation uses
+    /// the regions may release them in that same access (a scope per blocking call
+    /// pays it per message). `release` must run only once nothing may read or write
+    /// the regions; if it does not run, the scope runs it after this returns.
+    fn quiesce_then(&self, ids: &[RegionId], release: impl FnOnce(&mut Regions)) {
+        self.quiesce(ids);
+        self.with_regions(release);
+    }
 }
 
 /// A scope in which buffers borrowed for `'scope` can be lent.
@@ -405,8 +415,14 @@ pub fn scope<'env, H: RegionHost, T>(
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)));
     let ids = std::mem::take(&mut *s.ids.borrow_mut());
     let ids = ids.as_slice();
-    host.quiesce(ids);
-    host.with_regions(|r| ids.iter().for_each(|&id| r.remove(id)));
+    let mut released = false;
+    host.quiesce_then(ids, |r| {
+        ids.iter().for_each(|&id| r.remove(id));
+        released = true;
+    });
+    if !released {
+        host.with_regions(|r| ids.iter().for_each(|&id| r.remove(id)));
+    }
     match out {
         Ok(v) => v,
         Err(p) => std::panic::resume_unwind(p),
@@ -424,6 +440,39 @@ mod tests {
         }
         fn quiesce(&self, ids: &[RegionId]) {
             self.1.borrow_mut().extend_from_slice(ids);
+        }
+    }
+
+    /// A host whose `quiesce_then` leaves `release` unrun still gets its regions
+    /// released; one that runs it gets them released once.
+    #[test]
+    fn scope_releases_when_the_host_does_not() {
+        struct Lazy(RefCell<Regions>, bool);
+        impl RegionHost for Lazy {
+            fn with_regions<R>(&self, f: impl FnOnce(&mut Regions) -> R) -> R {
+                f(&mut self.0.borrow_mut())
+            }
+            fn quiesce(&self, _ids: &[RegionId]) {}
+            fn quiesce_then(&self, _ids: &[RegionId], release: impl FnOnce(&mut Regions)) {
+                if self.1 {
+                    release(&mut self.0.borrow_mut());
+                }
+            }
+        }
+        for runs in [false, true] {
+            let host = Lazy(RefCell::default(), runs);
+            let mut bufs = [[0u8; 2]; 6];
+            scope(&host, |s| {
+                for b in bufs.iter_mut() {
+                    s.lend_mut(b);
+                }
+            });
+            let r = host.0.borrow();
+            assert_eq!(
+                r.count(),
+                0,
+                "regions outlived their scope (release run: {runs})"
+            );
         }
     }
 
