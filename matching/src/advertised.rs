@@ -95,36 +95,69 @@ impl AdvTable {
     }
 }
 
-/// A send request we issued, kept until the peer has certainly seen it.
+/// A run of send requests we issued, kept until the peer has certainly seen them:
+/// numbers `first .. first + count`, all with one context and tag. The first
+/// `assigned` of them are already known (by replay) to have matched one of the peer's
+/// receive requests: a replay takes the earliest unassigned request that matches, so
+/// within a run the assigned ones are always its first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Issued {
-    pub i: u64,
-    pub ctx: Ctx,
-    pub tag: Tag,
-    /// Already known (by replay) to have matched one of the peer's receive requests.
-    pub assigned: bool,
+    first: u64,
+    count: u64,
+    assigned: u64,
+    ctx: Ctx,
+    tag: Tag,
 }
 
-/// Send requests the peer may not have processed yet.
+/// Send requests the peer may not have processed yet, in runs ([`Issued`]): a stream
+/// of messages with one tag costs one comparison and an increment per message, not
+/// an entry each. Consecutive requests with the same context and tag always share a
+/// run, so equal contents have equal runs (the model checker compares states).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Crossing {
     q: VecDeque<Issued>,
 }
 
 impl Crossing {
+    /// Send request `i` (numbers are issued in increasing order) left for the peer.
+    #[inline(always)]
     pub fn push(&mut self, i: u64, ctx: Ctx, tag: Tag) {
+        if let Some(r) = self.q.back_mut() {
+            if r.first + r.count == i && r.ctx == ctx && r.tag == tag {
+                r.count += 1;
+                return;
+            }
+        }
+        self.push_run(i, ctx, tag);
+    }
+
+    #[inline(never)]
+    fn push_run(&mut self, i: u64, ctx: Ctx, tag: Tag) {
         self.q.push_back(Issued {
-            i,
+            first: i,
+            count: 1,
+            assigned: 0,
             ctx,
             tag,
-            assigned: false,
         });
     }
 
     /// The peer has processed send requests up to `m`: forget them.
     pub fn seen(&mut self, m: u64) {
-        while self.q.front().is_some_and(|e| e.i <= m) {
-            self.q.pop_front();
+        while let Some(r) = self.q.front_mut() {
+            if r.first > m {
+                return;
+            }
+            if r.first + r.count - 1 <= m {
+                self.q.pop_front();
+                continue;
+            }
+            // the run's first requests are seen; the assigned ones go first
+            let k = m + 1 - r.first;
+            r.first += k;
+            r.count -= k;
+            r.assigned = r.assigned.saturating_sub(k);
+            return;
         }
     }
 
@@ -134,17 +167,18 @@ impl Crossing {
     /// own matching gives this receive. Returns its number, if any.
     pub fn replay(&mut self, m: u64, ctx: Ctx, tag: TagSel) -> Option<u64> {
         self.seen(m);
-        let e = self
+        let r = self
             .q
             .iter_mut()
-            .find(|e| !e.assigned && e.ctx == ctx && tag.matches(e.tag))?;
-        e.assigned = true;
-        Some(e.i)
+            .find(|r| r.assigned < r.count && r.ctx == ctx && tag.matches(r.tag))?;
+        r.assigned += 1;
+        Some(r.first + r.assigned - 1)
     }
 
+    /// Send requests kept.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.q.len()
+    pub fn len(&self) -> u64 {
+        self.q.iter().map(|r| r.count).sum()
     }
 }
 
@@ -175,6 +209,83 @@ mod tests {
         assert!(t.kill(3).is_none());
         assert_eq!(t.take_match(0, 5), None);
         assert_eq!(t.live_count(), 0);
+    }
+
+    /// The runs against a list of one entry per request (the representation they
+    /// replace): the same replays, the same requests kept, and equal contents give
+    /// equal runs.
+    #[test]
+    fn runs_replay_as_a_list_would() {
+        use proptest::prelude::*;
+        #[derive(Clone, Debug)]
+        enum Step {
+            Push {
+                skip: bool,
+                ctx: Ctx,
+                tag: Tag,
+            },
+            Seen(u64),
+            Replay {
+                back: u64,
+                ctx: Ctx,
+                tag: Option<Tag>,
+            },
+        }
+        let step = prop_oneof![
+            4 => (any::<bool>(), 0..2u32, 0..3i32)
+                .prop_map(|(skip, ctx, tag)| Step::Push { skip, ctx, tag }),
+            1 => (0..6u64).prop_map(Step::Seen),
+            2 => (0..6u64, 0..2u32, prop::option::of(0..3i32))
+                .prop_map(|(back, ctx, tag)| Step::Replay { back, ctx, tag }),
+        ];
+        proptest!(|(steps in prop::collection::vec(step, 0..60))| {
+            let mut c = Crossing::default();
+            // (i, ctx, tag, assigned)
+            let mut list: Vec<(u64, Ctx, Tag, bool)> = Vec::new();
+            let mut next = 1u64;
+            let mut m = 0u64;
+            for s in steps {
+                match s {
+                    Step::Push { skip, ctx, tag } => {
+                        next += u64::from(skip);
+                        c.push(next, ctx, tag);
+                        list.push((next, ctx, tag, false));
+                        next += 1;
+                    }
+                    Step::Seen(d) => {
+                        m = (m + d).min(next - 1);
+                        c.seen(m);
+                        list.retain(|e| e.0 > m);
+                    }
+                    Step::Replay { back, ctx, tag } => {
+                        let at = m.saturating_sub(back);
+                        let sel = tag.map_or(TagSel::Any, TagSel::Tag);
+                        let got = c.replay(at, ctx, sel);
+                        list.retain(|e| e.0 > at);
+                        let want = list
+                            .iter_mut()
+                            .find(|e| !e.3 && e.1 == ctx && sel.matches(e.2))
+                            .map(|e| {
+                                e.3 = true;
+                                e.0
+                            });
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                prop_assert_eq!(c.len(), list.len() as u64);
+            }
+            // the same contents built by pushes alone (assigning by replays at the
+            // front) give the same runs
+            let mut d = Crossing::default();
+            for e in &list {
+                d.push(e.0, e.1, e.2);
+            }
+            for e in list.iter().filter(|e| e.3) {
+                let got = d.replay(0, e.1, TagSel::Tag(e.2));
+                prop_assert!(got.is_some());
+            }
+            prop_assert_eq!(c, d);
+        });
     }
 
     #[test]

@@ -594,7 +594,7 @@ impl Engine {
 
     /// A receive that blocked advertising left the posted queue: once none is left in
     /// its context, advertise the held receives in posting order (rule 6).
-    #[inline]
+    #[inline(always)]
     fn unblock(&mut self, ctx: Ctx) {
         if self.blockers.decr(&ctx) > 0 || self.held.is_empty() {
             return;

@@ -198,15 +198,18 @@ impl<K: Eq + Hash + Copy> Fifos<K> {
 }
 
 impl<K: Eq + Hash + Copy> Counts<K> {
+    #[inline]
     pub fn count(&self, key: &K) -> u32 {
         self.get(key).copied().unwrap_or(0)
     }
 
+    #[inline]
     pub fn incr(&mut self, key: K) {
         *self.entry(key) += 1;
     }
 
     /// Decrements a positive counter; returns the new value.
+    #[inline(always)]
     pub fn decr(&mut self, key: &K) -> u32 {
         let n = self
             .get_mut(key)
@@ -696,7 +699,7 @@ impl<K: Numbered, V> OneMap<K, V> {
     }
 
     /// Removes and returns the value under `k`.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, k: &K) -> Option<V> {
         if matches!(&self.one, Some((k1, _)) if k1 == k) {
             return self.one.take().map(|(_, v)| v);

@@ -18,7 +18,7 @@ use crate::wire::SendFlags;
 /// bucket — is one lookup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Posted {
-    buckets: Fifos<(Ctx, Source, TagSel)>,
+    buckets: Fifos<PKey>,
     /// Removed receives still in their bucket.
     dead: Window<u64, ()>,
     /// Live receives.
@@ -28,14 +28,60 @@ pub(crate) struct Posted {
     wild: usize,
 }
 
-fn is_wild(key: &(Ctx, Source, TagSel)) -> bool {
-    key.1 == Source::Any || key.2 == TagSel::Any
+/// A bucket's key, (context, source, tag) packed into one number, so that finding a
+/// bucket (the message's exact one, most often the map's hot key) is one comparison
+/// rather than one per field and enum tag: the context in bits 66 and up, the source
+/// in bits 33–65 and the tag in bits 0–32, a wildcard as bit 32 of its field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct PKey(u128);
+
+impl PKey {
+    const ANY: u64 = 1 << 32;
+
+    #[inline(always)]
+    fn new(ctx: Ctx, src: Source, tag: TagSel) -> PKey {
+        let src = match src {
+            Source::Rank(r) => u64::from(r),
+            Source::Any => Self::ANY,
+        };
+        let tag = match tag {
+            TagSel::Tag(t) => u64::from(t as u32),
+            TagSel::Any => Self::ANY,
+        };
+        PKey(u128::from(ctx) << 66 | u128::from(src) << 33 | u128::from(tag))
+    }
+
+    /// The key of a message's exact bucket.
+    #[inline(always)]
+    fn exact(ctx: Ctx, src: Rank, tag: Tag) -> PKey {
+        PKey(u128::from(ctx) << 66 | u128::from(src) << 33 | u128::from(tag as u32))
+    }
+
+    /// Whether the key's source or tag is a wildcard.
+    #[inline(always)]
+    fn is_wild(self) -> bool {
+        self.0 & (1 << 65 | 1 << 32) != 0
+    }
+
+    /// The key with a wildcard source (`src`) and/or tag (`tag`).
+    #[inline(always)]
+    fn wild(self, src: bool, tag: bool) -> PKey {
+        const FIELD: u128 = (1 << 33) - 1;
+        let mut k = self.0;
+        if src {
+            k = k & !(FIELD << 33) | u128::from(Self::ANY) << 33;
+        }
+        if tag {
+            k = k & !FIELD | u128::from(Self::ANY);
+        }
+        PKey(k)
+    }
 }
 
 impl Posted {
     pub fn insert(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
-        let key = (ctx, src, tag);
-        self.wild += usize::from(is_wild(&key));
+        let key = PKey::new(ctx, src, tag);
+        self.wild += usize::from(key.is_wild());
         self.len += 1;
         self.buckets.push(key, seq);
     }
@@ -43,8 +89,8 @@ impl Posted {
     /// Removes live receive `seq`, posted with `ctx`, `src`, `tag` (the caller knows it
     /// is in the queue).
     pub fn remove(&mut self, seq: u64, ctx: Ctx, src: Source, tag: TagSel) {
-        let key = (ctx, src, tag);
-        self.wild -= usize::from(is_wild(&key));
+        let key = PKey::new(ctx, src, tag);
+        self.wild -= usize::from(key.is_wild());
         self.len -= 1;
         match self.buckets.get_mut(&key) {
             Some(q) if q.front() == Some(&seq) => {
@@ -61,7 +107,7 @@ impl Posted {
     }
 
     /// The first live receive of `key`'s bucket, dropping dead ones before it.
-    fn head(&mut self, key: &(Ctx, Source, TagSel)) -> Option<u64> {
+    fn head(&mut self, key: &PKey) -> Option<u64> {
         let q = self.buckets.get_mut(key)?;
         while let Some(&h) = q.front() {
             if self.dead.is_empty() || self.dead.remove(&h).is_none() {
@@ -75,25 +121,27 @@ impl Posted {
     /// Whether some posted receive matches a message (what [`Posted::take_match`]
     /// would find), without changing anything.
     pub fn has_match(&self, ctx: Ctx, src: Rank, tag: Tag) -> bool {
-        let live = |key: &(Ctx, Source, TagSel)| {
+        let live = |key: &PKey| {
             self.buckets
                 .get(key)
                 .is_some_and(|q| q.iter().any(|h| !self.dead.contains_key(h)))
         };
-        live(&(ctx, Source::Rank(src), TagSel::Tag(tag)))
+        let exact = PKey::exact(ctx, src, tag);
+        live(&exact)
             || self.wild > 0
                 && [
-                    (ctx, Source::Rank(src), TagSel::Any),
-                    (ctx, Source::Any, TagSel::Tag(tag)),
-                    (ctx, Source::Any, TagSel::Any),
+                    exact.wild(false, true),
+                    exact.wild(true, false),
+                    exact.wild(true, true),
                 ]
                 .iter()
                 .any(live)
     }
 
     /// Removes and returns the earliest posted receive matching a message.
+    #[inline(always)]
     pub fn take_match(&mut self, ctx: Ctx, src: Rank, tag: Tag) -> Option<u64> {
-        let exact = (ctx, Source::Rank(src), TagSel::Tag(tag));
+        let exact = PKey::exact(ctx, src, tag);
         let (seq, key) = if self.wild == 0 {
             // only the exact bucket can match: pop its first live receive
             let q = self.buckets.get_mut(&exact)?;
@@ -107,11 +155,11 @@ impl Posted {
         } else {
             let keys = [
                 exact,
-                (ctx, Source::Rank(src), TagSel::Any),
-                (ctx, Source::Any, TagSel::Tag(tag)),
-                (ctx, Source::Any, TagSel::Any),
+                exact.wild(false, true),
+                exact.wild(true, false),
+                exact.wild(true, true),
             ];
-            let mut best: Option<(u64, (Ctx, Source, TagSel))> = None;
+            let mut best: Option<(u64, PKey)> = None;
             for key in keys {
                 if let Some(h) = self.head(&key) {
                     if best.is_none_or(|(b, _)| h < b) {
@@ -122,7 +170,7 @@ impl Posted {
             best?
         };
         self.buckets.get_mut(&key).expect("bucket").pop_front();
-        self.wild -= usize::from(is_wild(&key));
+        self.wild -= usize::from(key.is_wild());
         self.len -= 1;
         Some(seq)
     }
@@ -268,6 +316,43 @@ impl Arrivals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Packed bucket keys: one per (context, source, tag) at the extremes of each
+    /// field, and a message's wildcard keys are those its receives are posted under.
+    #[test]
+    fn packed_keys() {
+        let ctxs = [0, 1, u32::MAX];
+        let srcs = [Source::Rank(0), Source::Rank(u32::MAX), Source::Any];
+        let tags = [
+            TagSel::Tag(0),
+            TagSel::Tag(i32::MAX),
+            TagSel::Tag(-1),
+            TagSel::Any,
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for c in ctxs {
+            for s in srcs {
+                for t in tags {
+                    let k = PKey::new(c, s, t);
+                    assert!(seen.insert(k), "{c} {s:?} {t:?} shares a key");
+                    assert_eq!(k.is_wild(), s == Source::Any || t == TagSel::Any);
+                }
+            }
+            for r in [0, 7, u32::MAX] {
+                for tag in [0, 5, i32::MAX, -1] {
+                    let exact = PKey::exact(c, r, tag);
+                    let (rs, ts) = (Source::Rank(r), TagSel::Tag(tag));
+                    assert_eq!(exact, PKey::new(c, rs, ts));
+                    assert_eq!(exact.wild(false, true), PKey::new(c, rs, TagSel::Any));
+                    assert_eq!(exact.wild(true, false), PKey::new(c, Source::Any, ts));
+                    assert_eq!(
+                        exact.wild(true, true),
+                        PKey::new(c, Source::Any, TagSel::Any)
+                    );
+                }
+            }
+        }
+    }
 
     /// An unexpected eager message from `src` with `tag`, the sender's request `i`.
     fn entry(src: Rank, tag: Tag, i: u64) -> UEntry {
