@@ -379,20 +379,29 @@ fn lookup_u64(ex: &mut dyn Exchange, rank: Rank, key: &str) -> Result<u64, Trans
 /// `ShmTransport::slot` of a rank on another node.
 const NOT_LOCAL: u32 = u32::MAX;
 
+/// One ring of our own segment with the rank that writes it and that rank's pid (for
+/// the single copy of a streamed record): what `poll` needs of a sender, in one place.
+struct Inbound {
+    ring: Consumer,
+    rank: Rank,
+    pid: i32,
+}
+
 /// The shared-memory [`Transport`]; see the crate docs.
 pub struct ShmTransport {
     rank: Rank,
     size: u32,
     /// `producers[p]` writes into ring `rank` of rank p's segment.
     producers: Vec<Producer>,
-    /// `consumers[s]` reads ring `s` of our own segment.
-    consumers: Vec<Consumer>,
+    /// The rings of our own segment that other local ranks write, in slot order
+    /// (ours, which would hold messages to self, is left out).
+    inbound: Vec<Inbound>,
     /// Messages to self ([`Loopback`]); the ring our segment holds for them stays
     /// unused.
     loopback: Loopback,
-    /// Our own slot in `local`: where the round robin of `poll` serves `loopback`.
+    /// Our own slot in `local`.
     me: usize,
-    /// Round-robin start of the next `poll`.
+    /// Round-robin start (an index into `inbound`) of the next `poll`.
     next: usize,
     /// The ranks on this node that this transport serves, ascending (`local[i]` owns
     /// ring slot i of every segment).
@@ -515,12 +524,19 @@ impl ShmTransport {
                 None => Producer::new(own_view.ring(me)),
             })
             .collect();
-        let consumers = (0..n).map(|s| Consumer::new(own_view.ring(s))).collect();
+        let inbound = (0..n)
+            .filter(|&s| s != me)
+            .map(|s| Inbound {
+                ring: Consumer::new(own_view.ring(s)),
+                rank: local[s as usize],
+                pid: pids[s as usize],
+            })
+            .collect();
         Ok(Self {
             rank,
             size,
             producers,
-            consumers,
+            inbound,
             loopback: Loopback::default(),
             me: me as usize,
             next: 0,
@@ -643,31 +659,33 @@ impl Transport for ShmTransport {
         max: usize,
         f: &mut dyn FnMut(Rank, Incoming<'_>),
     ) -> Result<usize, TransportError> {
-        // Round robin: one message per sender per turn, starting after the sender that
-        // was served last; stop after a full turn with nothing new.
-        let n = self.consumers.len();
+        // Messages to self first, all of them: they are already in this process, and
+        // nothing adds to them while `f` runs (it cannot reach the transport).
+        let rank = self.rank;
         let mut got = 0;
+        while got < max
+            && self
+                .loopback
+                .pop_with(|m| f(rank, Incoming::Whole(m)))
+                .is_some()
+        {
+            got += 1;
+        }
+        // Then the rings, round robin: one message per sender per turn, starting after
+        // the sender that was served last; stop after a full turn with nothing new.
+        let n = self.inbound.len();
         let mut idle = 0;
-        let mut s = self.next;
+        let mut i = self.next;
         while got < max && idle < n {
-            if s == self.me {
-                // messages to self, from this process's own queue
-                s = if s + 1 == n { 0 } else { s + 1 };
-                let rank = self.rank;
-                match self.loopback.pop_with(|m| f(rank, Incoming::Whole(m))) {
-                    Some(()) => {
-                        got += 1;
-                        idle = 0;
-                        self.next = s;
-                    }
-                    None => idle += 1,
-                }
-                continue;
-            }
-            let sender = self.local[s];
-            let pid = self.pids[s];
+            let Inbound {
+                ring,
+                rank: sender,
+                pid,
+            } = &mut self.inbound[i];
+            let (sender, pid) = (*sender, *pid);
+            i = if i + 1 == n { 0 } else { i + 1 };
             let mut failed = None;
-            let popped = self.consumers[s]
+            let popped = ring
                 .pop_record(|rec| match rec {
                     Record::Whole(m) => f(sender, Incoming::Whole(m)),
                     Record::Streamed(st) => failed = streamed(f, sender, pid, st),
@@ -682,11 +700,10 @@ impl Transport for ShmTransport {
             if let Some(e) = failed.take() {
                 return Err(e);
             }
-            s = if s + 1 == n { 0 } else { s + 1 };
             if popped.is_some() {
                 got += 1;
                 idle = 0;
-                self.next = s;
+                self.next = i;
             } else {
                 idle += 1;
             }
