@@ -659,21 +659,27 @@ impl Transport for ShmTransport {
         max: usize,
         f: &mut dyn FnMut(Rank, Incoming<'_>),
     ) -> Result<usize, TransportError> {
-        // Messages to self first, all of them: they are already in this process, and
-        // nothing adds to them while `f` runs (it cannot reach the transport).
+        // Messages to self first: they are already in this process, and nothing adds
+        // to them while `f` runs (it cannot reach the transport). At most `max` less
+        // one per ring, so that a rank that keeps sending itself messages cannot
+        // starve its peers: each sender, self included, is served at least once a
+        // poll (when `max` allows).
         let rank = self.rank;
+        let n = self.inbound.len();
         let mut got = 0;
-        while got < max
-            && self
-                .loopback
-                .pop_with(|m| f(rank, Incoming::Whole(m)))
-                .is_some()
-        {
-            got += 1;
+        if !self.loopback.is_empty() {
+            let own = max.saturating_sub(n).max(1).min(max);
+            while got < own
+                && self
+                    .loopback
+                    .pop_with(|m| f(rank, Incoming::Whole(m)))
+                    .is_some()
+            {
+                got += 1;
+            }
         }
         // Then the rings, round robin: one message per sender per turn, starting after
         // the sender that was served last; stop after a full turn with nothing new.
-        let n = self.inbound.len();
         let mut idle = 0;
         let mut i = self.next;
         while got < max && idle < n {

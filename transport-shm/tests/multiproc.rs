@@ -41,6 +41,47 @@ fn all_to_all_4_ranks() {
     all_to_all("all_to_all_4_ranks", 4);
 }
 
+/// A poll serves every sender with a message waiting, itself included, at least once
+/// when its limit allows: messages a rank keeps sending itself (taken first, they are
+/// already in the process) cannot starve its peers' rings, nor the other way round.
+#[test]
+fn poll_serves_self_and_every_peer() {
+    run_ranks("poll_serves_self_and_every_peer", 3, TIMEOUT, |env| {
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        let mine = if env.rank == 0 { 100u32 } else { 10 };
+        for i in 0..mine {
+            t.try_send(0, &i.to_le_bytes(), b"").unwrap();
+        }
+        ex.fence().unwrap(); // every message is in its ring or in rank 0's loopback
+        if env.rank == 0 {
+            for round in 0..10u32 {
+                let mut got = Vec::new();
+                let n = t
+                    .poll(3, &mut |s, m| {
+                        got.push((s, u32::from_le_bytes(m.try_into().unwrap())))
+                    })
+                    .unwrap();
+                assert_eq!(n, 3, "round {round}: {got:?}");
+                got.sort_unstable();
+                assert_eq!(got, [(0, round), (1, round), (2, round)], "round {round}");
+            }
+            // the peers are drained; the rest of its own messages come in order
+            let mut next = 10u32;
+            while t
+                .poll(usize::MAX, &mut |s, m| {
+                    assert_eq!((s, m), (0, &next.to_le_bytes()[..]));
+                    next += 1;
+                })
+                .unwrap()
+                > 0
+            {}
+            assert_eq!(next, 100);
+        }
+        ex.fence().unwrap(); // rank 0 has read everything
+    });
+}
+
 fn publish_u64(ex: &mut FileExchange, key: &str, v: u64) {
     ex.publish(key, v.to_string().as_bytes()).unwrap();
 }
