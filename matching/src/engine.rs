@@ -1307,7 +1307,9 @@ impl Engine {
                     // `take_match` has taken it off the posted queue; an eager message
                     // completes it here, so its state goes at once
                     let st = if body == Body::Eager {
-                        self.recvs.remove(&r).expect("posted receive")
+                        self.recvs
+                            .take_if(&r, |s| Some(*s))
+                            .expect("posted receive")
                     } else {
                         self.recvs[&r]
                     };

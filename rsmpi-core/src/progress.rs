@@ -1035,6 +1035,28 @@ pub(crate) fn wait(key: Key) -> Done {
     }
 }
 
+/// [`wait`] for a receive: its outcome. The common cases, a receive already complete
+/// (a window of receives) or completed by the first progress (the reply of a
+/// ping-pong, there but not yet read), take it in one access to the library state,
+/// with none of the other kinds of result to sort out.
+#[inline(always)]
+pub(crate) fn wait_recv(id: RecvId) -> RecvOutcome {
+    let first = with(|s| {
+        if let Some(o) = s.recvs.take_done(id) {
+            return Some(o);
+        }
+        s.progress();
+        s.recvs.take_done(id)
+    });
+    if let Some(o) = first {
+        return o;
+    }
+    match wait(Key::Recv(id)) {
+        Done::Recv(o) => o,
+        _ => unreachable!("a receive completes as a receive"),
+    }
+}
+
 /// Progresses once; returns the result of `key` if it completed.
 pub(crate) fn test(key: Key) -> Option<Done> {
     with(|s| {

@@ -235,8 +235,12 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         self.complete_status(d)
     }
 
+    #[inline(always)]
     fn wait_done(&self) -> Done {
-        progress::wait(self.pending.key)
+        match self.pending.key {
+            Key::Recv(r) => Done::Recv(progress::wait_recv(r)),
+            k => progress::wait(k),
+        }
     }
 
     /// Tests for completion (`MPI_Test`): the status if complete, else the request.
