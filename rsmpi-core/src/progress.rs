@@ -1038,7 +1038,10 @@ pub(crate) fn wait(key: Key) -> Done {
 /// [`wait`] for a receive: its outcome. The common cases, a receive already complete
 /// (a window of receives) or completed by the first progress (the reply of a
 /// ping-pong, there but not yet read), take it in one access to the library state,
-/// with none of the other kinds of result to sort out.
+/// with none of the other kinds of result to sort out. The first turn is written out
+/// here rather than sharing [`wait`]'s loop through a generic one: inlined into
+/// every wait, that loop cost the self and pair loops ~60–70 instructions a round,
+/// and out of line ~80–90 (`docs/performance.md`, fifteenth round).
 #[inline(always)]
 pub(crate) fn wait_recv(id: RecvId) -> RecvOutcome {
     let first = with(|s| {
