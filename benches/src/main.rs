@@ -357,7 +357,20 @@ fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
     }
 }
 
+/// glibc's environment variable for its mmap threshold.
+const MMAP_THRESHOLD: &str = "MALLOC_MMAP_THRESHOLD_";
+
 fn driver(cli: &Cli) -> i32 {
+    // Every job this driver starts, rsmpi's and the C references', allocates its
+    // large buffers under one fixed policy: glibc's mmap threshold held at its
+    // initial 128 KiB. Left dynamic, it rises to the largest block freed so far, so
+    // whether a size's buffers are fresh pages or reused heap depends on the sizes
+    // run before it; that alone moved `bw` at 512 KiB-4 MiB by up to 30 % between
+    // two builds whose paths for those sizes were the same (docs/performance.md,
+    // "Pulls"). A value the user set is kept.
+    if std::env::var_os(MMAP_THRESHOLD).is_none() {
+        std::env::set_var(MMAP_THRESHOLD, "131072");
+    }
     let bench = cli.bench.clone().unwrap_or_default();
     let list: Vec<&str> = match bench.as_str() {
         "all" => ALL.to_vec(),

@@ -461,9 +461,10 @@ impl State {
     /// Returns whether anything arrived.
     pub fn progress(&mut self) -> bool {
         let mut n = self.poll_incoming();
-        // only transports that register memory (the network ones) finish one-sided
-        // operations later; shared memory's are done when they return
-        if self.registers {
+        // one-sided operations that finish later: the network transports' (they
+        // register memory), and shared memory's large reads, which the peer copies
+        // through the ring (transport-shm's pulls)
+        if self.registers || !self.pending_gets.is_empty() {
             n += self.poll_done();
         }
         self.run_outputs();

@@ -51,7 +51,7 @@
 //! message bytes (`header ++ payload` of `try_send`), padded to a multiple of 64 bytes:
 //!
 //! ```text
-//! header word: | seq: 44 bits = stream position / 64 | STREAM | PAD | VALID | len: 17 bits |
+//! header word: | seq: 43 bits = stream position / 64 | INTERNAL | STREAM | PAD | VALID | len: 17 bits |
 //! ```
 //!
 //! Positions are monotonic byte counters (`offset = pos % RING_BYTES`); records never
@@ -82,7 +82,7 @@
 //! one cache-line transfer. Before it releases a record's space it clears the first
 //! word of every line of the record, its header included (so that payload bytes can
 //! never be mistaken for a header in a later lap, where any line may start a record,
-//! and no header is left to match again once the 44-bit sequence wraps, which small
+//! and no header is left to match again once the 43-bit sequence wraps, which small
 //! laps bring nearer for lines far into the ring), and the header of every pad, then
 //! publishes the new `head` with `Release`. A one-line record's header is cleared and
 //! released when the callback returns; longer records are cleared and released later,
@@ -130,6 +130,19 @@
 //! that has exited gives [`TransportError::PeerGone`]. CMA is synchronous, so a `put`
 //! is visible before any later control message.
 //!
+//! **Pulls.** A `get` of [`PULL_FROM`] bytes or more from another process may instead
+//! return [`Posted::Pending`]: the reader asks the peer, in a record of the
+//! transport's own (the INTERNAL flag), to copy the bytes into its ring to the reader,
+//! and [`Transport::poll_done`] reports the read once every chunk is in. The peer
+//! serves asks inside its own `poll` (its send waits there for the read to finish),
+//! the reader copies each chunk out as it streams in, and the reader reads whatever
+//! the peer leaves untaken for [`PATIENCE`] with `process_vm_readv` itself, so a peer
+//! that does not poll costs a few microseconds, not a stall. Whether a large read is
+//! a pull is measured per peer ([`ReadMode::Auto`], `RSMPI_SHM_READ`): two
+//! overlapping copies through the ring beat CMA's one where the two CPUs share a
+//! cache, and lose badly where every line of the ring crosses between caches. The
+//! protocol of chunks, claims and asks is in the `pull` module's source.
+//!
 //! # Failure
 //!
 //! `poll` cannot notice that a peer died (its ring simply stays empty), and `try_send`
@@ -140,6 +153,7 @@
 
 mod cma;
 mod loopback;
+mod pull;
 mod ring;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -156,6 +170,8 @@ use transport::{
 };
 
 pub use loopback::Loopback;
+use pull::Taken;
+pub use pull::{PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, PATIENCE, PULL_FROM, SERVE_BUDGET};
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
     CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, WRAP_LAG,
@@ -379,12 +395,23 @@ fn lookup_u64(ex: &mut dyn Exchange, rank: Rank, key: &str) -> Result<u64, Trans
 /// `ShmTransport::slot` of a rank on another node.
 const NOT_LOCAL: u32 = u32::MAX;
 
-/// One ring of our own segment with the rank that writes it and that rank's pid (for
-/// the single copy of a streamed record): what `poll` needs of a sender, in one place.
+/// One ring of our own segment with the rank that writes it, that rank's pid (for
+/// the single copy of a streamed record) and its slot: what `poll` needs of a sender,
+/// in one place.
 struct Inbound {
     ring: Consumer,
     rank: Rank,
     pid: i32,
+    slot: usize,
+}
+
+/// A CMA failure as the transport reports it: a peer that has exited is gone.
+fn cma_failure(peer: Rank, call: &'static str, e: io::Error) -> TransportError {
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        TransportError::PeerGone(peer, format!("{call}: {e}"))
+    } else {
+        TransportError::Os { call, source: e }
+    }
 }
 
 /// The shared-memory [`Transport`]; see the crate docs.
@@ -411,6 +438,10 @@ pub struct ShmTransport {
     /// `pids[i]`: the pid of `local[i]`.
     pids: Vec<i32>,
     cma: bool,
+    /// The pulls this rank asked of its local peers and they of it ([`pull`]).
+    pulls: pull::Pulls,
+    /// How large reads from local peers are made.
+    read_mode: ReadMode,
     // The mappings come last: rings above point into them.
     _peer_maps: Vec<Option<MmapRaw>>,
     own: OwnSegment,
@@ -454,6 +485,7 @@ impl ShmTransport {
                 "the ranks on this node ({local:?}) must include rank {rank} and lie below {size}"
             )));
         }
+        let read_mode = ReadMode::from_env()?;
         let mut slot = vec![NOT_LOCAL; size as usize];
         for (i, &r) in local.iter().enumerate() {
             slot[r as usize] = i as u32;
@@ -530,8 +562,10 @@ impl ShmTransport {
                 ring: Consumer::new(own_view.ring(s)),
                 rank: local[s as usize],
                 pid: pids[s as usize],
+                slot: s as usize,
             })
             .collect();
+        let pulls = pull::Pulls::new(local.len());
         Ok(Self {
             rank,
             size,
@@ -544,6 +578,8 @@ impl ShmTransport {
             slot,
             pids,
             cma,
+            pulls,
+            read_mode,
             _peer_maps: peers,
             own,
         })
@@ -577,11 +613,52 @@ impl ShmTransport {
     }
 
     fn cma_error(&self, peer: Rank, call: &'static str, e: io::Error) -> TransportError {
-        if e.raw_os_error() == Some(libc::ESRCH) {
-            TransportError::PeerGone(peer, format!("{call}: {e}"))
-        } else {
-            TransportError::Os { call, source: e }
+        cma_failure(peer, call, e)
+    }
+
+    /// How large reads from local peers are made ([`ReadMode`]; by default what
+    /// `RSMPI_SHM_READ` says).
+    pub fn set_read_mode(&mut self, mode: ReadMode) {
+        self.read_mode = mode;
+    }
+
+    /// How long the peer of a pull may take nothing before this rank reads the rest
+    /// itself (default [`PATIENCE`]); for tests that must know who copied what.
+    #[cfg(feature = "testing")]
+    pub fn set_pull_patience(&mut self, d: std::time::Duration) {
+        for r in &mut self.pulls.readers {
+            r.patience = d;
         }
+    }
+
+    /// What large reads from local peers did, and the chunks this rank served.
+    pub fn pull_stats(&self) -> PullStats {
+        let mut s = PullStats::default();
+        for r in &self.pulls.readers {
+            let x = r.stats();
+            s.pulls += x.pulls;
+            s.reads += x.reads;
+            s.chunks_served_to_us += x.chunks_served_to_us;
+            s.taken_back += x.taken_back;
+        }
+        s.chunks_served = self.pulls.servers.iter().map(pull::Server::served).sum();
+        s
+    }
+
+    /// Copies chunks of the pulls that peers asked of this rank into their rings.
+    #[inline(never)]
+    fn serve(&mut self) -> usize {
+        let mut n = 0;
+        let mut busy = false;
+        for ib in &self.inbound {
+            let server = &mut self.pulls.servers[ib.slot];
+            if server.busy() {
+                n += server.serve(&mut self.producers[ib.slot], ib.ring.claim());
+                busy |= server.busy();
+            }
+        }
+        self.pulls.serving = busy;
+        n
     }
 }
 
@@ -682,20 +759,32 @@ impl Transport for ShmTransport {
         // the sender that was served last; stop after a full turn with nothing new.
         let mut idle = 0;
         let mut i = self.next;
+        let mut internal = 0;
         while got < max && idle < n {
             let Inbound {
                 ring,
                 rank: sender,
                 pid,
+                slot,
             } = &mut self.inbound[i];
-            let (sender, pid) = (*sender, *pid);
+            let (sender, pid, slot) = (*sender, *pid, *slot);
             i = if i + 1 == n { 0 } else { i + 1 };
-            let mut failed = None;
+            let pulls = &mut self.pulls;
             let popped = ring
-                .pop_record(|rec| match rec {
-                    Record::Whole(m) => f(sender, Incoming::Whole(m)),
-                    Record::Streamed(st) => failed = streamed(f, sender, pid, st),
-                })
+                .pop_record(
+                    #[inline(always)]
+                    |rec, own| match (rec, own) {
+                        (Record::Whole(m), false) => {
+                            f(sender, Incoming::Whole(m));
+                            Taken::Message
+                        }
+                        (Record::Streamed(st), false) => match streamed(f, sender, pid, st) {
+                            None => Taken::Message,
+                            Some(e) => Taken::Failed(Box::new(e)),
+                        },
+                        (rec, true) => pulls.take(rec, slot, sender, pid),
+                    },
+                )
                 .map_err(|e| TransportError::Os {
                     call: "shm ring",
                     source: io::Error::new(
@@ -703,18 +792,27 @@ impl Transport for ShmTransport {
                         format!("ring from rank {sender}: {}", e.0),
                     ),
                 })?;
-            if let Some(e) = failed.take() {
-                return Err(e);
-            }
-            if popped.is_some() {
-                got += 1;
-                idle = 0;
-                self.next = i;
-            } else {
-                idle += 1;
+            match popped {
+                Some(Taken::Message) => {
+                    got += 1;
+                    idle = 0;
+                    self.next = i;
+                }
+                None => idle += 1,
+                // the transport's own record: an ask to serve, or data of a pull
+                Some(Taken::Own) => {
+                    internal += 1;
+                    idle = 0;
+                }
+                Some(Taken::Failed(e)) => return Err(*e),
             }
         }
-        Ok(got)
+        if self.pulls.serving {
+            internal += self.serve();
+        }
+        // the transport's own records count as progress for the caller, not towards
+        // `max`
+        Ok(got + internal)
     }
 
     fn expose(&mut self, addr: usize, len: usize) -> Result<RemoteBuf, TransportError> {
@@ -749,7 +847,7 @@ impl Transport for ShmTransport {
         dst: &mut [u8],
         src: RemoteBuf,
         offset: u64,
-        _token: u64,
+        token: u64,
     ) -> Result<Posted, TransportError> {
         let pid = self.pid_of(peer)?;
         check_bounds(&src, offset, dst.len() as u64)?;
@@ -757,7 +855,48 @@ impl Transport for ShmTransport {
             return Err(TransportError::Unsupported("get"));
         }
         let addr = remote_addr(&src, offset)?;
+        let i = self.slot_of(peer).expect("local peer");
+        if dst.len() < PULL_FROM || i == self.me {
+            cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))?;
+            return Ok(Posted::Done);
+        }
+        // a large read from another process: the peer copies it through the ring
+        // when that has been the faster way to this peer, and the ring has room for
+        // the ask; else one `process_vm_readv`, timed (`pull`)
+        let warm = self.inbound[i - usize::from(i > self.me)].ring.lapped();
+        let reader = &mut self.pulls.readers[i];
+        let pull = match self.read_mode {
+            ReadMode::Auto => reader.prefers_pull(dst.len()),
+            ReadMode::Pull => true,
+            ReadMode::Cma => false,
+        };
+        if pull && reader.ask(&mut self.producers[i], dst, addr, token, warm) {
+            self.pulls.reading = true;
+            return Ok(Posted::Pending);
+        }
+        let t = std::time::Instant::now();
         cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))?;
+        self.pulls.readers[i].read_took(dst.len(), t.elapsed());
         Ok(Posted::Done)
+    }
+
+    fn poll_done(
+        &mut self,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> Result<usize, TransportError> {
+        if !self.pulls.reading {
+            return Ok(0);
+        }
+        let mut n = 0;
+        let mut busy = false;
+        for (i, reader) in self.pulls.readers.iter_mut().enumerate() {
+            if reader.busy() {
+                let claim = self.producers[i].claim();
+                n += reader.poll_done(claim, self.local[i], self.pids[i], f);
+                busy |= reader.busy();
+            }
+        }
+        self.pulls.reading = busy;
+        Ok(n)
     }
 }

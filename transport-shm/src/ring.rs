@@ -48,7 +48,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -61,12 +61,16 @@ pub const STREAM_FROM: usize = 8 * 1024;
 /// `transport::STREAM_HEAD` bytes).
 pub const FRAG: usize = 4 * 1024;
 
-// Record header word: | seq (44 bits) | STREAM (1) | PAD (1) | VALID (1) | len (17 bits) |
+// Record header word:
+// | seq (43 bits) | INTERNAL (1) | STREAM (1) | PAD (1) | VALID (1) | len (17 bits) |
 const LEN_MASK: u64 = (1 << 17) - 1;
 const VALID: u64 = 1 << 17;
 const PAD: u64 = 1 << 18;
 const STREAM: u64 = 1 << 19;
-const SEQ_SHIFT: u32 = 20;
+/// The record is the transport's own (a rendezvous read's request or data,
+/// `crate::pull`), never handed to the caller of `poll`.
+const INTERNAL: u64 = 1 << 20;
+const SEQ_SHIFT: u32 = 21;
 
 const _: () = {
     assert!(MAX_CTRL as u64 <= LEN_MASK);
@@ -101,8 +105,10 @@ fn encode(pos: u64, len: usize, flags: u64) -> u64 {
 }
 
 /// The control block of a ring: one consumer-written word, which the producer reads
-/// only when the ring looks full, and one producer-written word, which the consumer
-/// reads only while a streamed record is arriving.
+/// only when the ring looks full, one producer-written word, which the consumer
+/// reads only while a streamed record is arriving, and the claim word of the
+/// rendezvous reads that the ring's producer asks its consumer to serve
+/// (`crate::pull`), which both change, only while such a read is under way.
 #[repr(C)]
 pub struct RingCtrl {
     /// Stream position up to which the consumer has released space (monotonic bytes).
@@ -110,6 +116,9 @@ pub struct RingCtrl {
     /// Stream position up to which the bytes of the streamed record being written are
     /// there (monotonic bytes; stored with Release after each fragment).
     pub progress: CachePadded<AtomicU64>,
+    /// The first chunk of the producer's pulls not yet claimed by either side
+    /// (monotonic; advanced only by compare-and-swap).
+    pub claim: CachePadded<AtomicU64>,
 }
 
 /// The first bytes of every segment, written by its owner before the first fence.
@@ -371,7 +380,31 @@ impl Producer {
 
     /// Appends one record holding `header ++ payload` (at most [`MAX_CTRL`] bytes).
     /// Returns `false`, writing nothing, when the ring has no room.
+    #[inline]
     pub fn try_push(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        self.try_push_flagged(header, payload, 0)
+    }
+
+    /// [`Producer::try_push`] for a record of the transport's own, which the consumer's
+    /// transport keeps (see [`Consumer::pop_record`]).
+    pub fn try_push_internal(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        self.try_push_flagged(header, payload, INTERNAL)
+    }
+
+    /// Bytes written and not yet released by the consumer (reads the consumer's
+    /// `head`).
+    pub fn in_flight(&mut self) -> u64 {
+        self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
+        self.tail - self.head_cache
+    }
+
+    /// The ring's claim word (`crate::pull`).
+    pub fn claim(&self) -> &AtomicU64 {
+        &self.mem.ctrl().claim
+    }
+
+    #[inline(always)]
+    fn try_push_flagged(&mut self, header: &[u8], payload: &[u8], flags: u64) -> bool {
         let len = header.len() + payload.len();
         assert!(len <= MAX_CTRL, "message of {len} bytes exceeds MAX_CTRL");
         let sz = record_size(len);
@@ -403,12 +436,12 @@ impl Producer {
             // that sees it also sees the bytes.
             self.mem
                 .word(roff)
-                .store(encode(pos, len, 0), Ordering::Release);
+                .store(encode(pos, len, flags), Ordering::Release);
             if pad > 0 {
                 self.publish_pad(off);
             }
         } else {
-            self.push_streamed(pos, parts, len, (pad > 0).then_some(off));
+            self.push_streamed(pos, parts, len, (pad > 0).then_some(off), flags);
         }
         self.tail = end;
         true
@@ -428,7 +461,14 @@ impl Producer {
     /// the first fragment, the progress word, the header word (and the pad at `pad`),
     /// then the rest fragment by fragment, each followed by the progress word.
     #[inline(never)]
-    fn push_streamed(&mut self, pos: u64, parts: [&[u8]; 2], len: usize, pad: Option<usize>) {
+    fn push_streamed(
+        &mut self,
+        pos: u64,
+        parts: [&[u8]; 2],
+        len: usize,
+        pad: Option<usize>,
+        flags: u64,
+    ) {
         let roff = pos as usize & (RING_BYTES - 1);
         let at = pos + HDR as u64;
         let progress = |mem: &RingMem, n: usize| {
@@ -440,7 +480,7 @@ impl Producer {
         // progress word, with Release, so a consumer that sees it also sees them.
         self.mem
             .word(roff)
-            .store(encode(pos, len, STREAM), Ordering::Release);
+            .store(encode(pos, len, STREAM | flags), Ordering::Release);
         if let Some(off) = pad {
             self.publish_pad(off);
         }
@@ -549,6 +589,17 @@ impl Consumer {
         }
     }
 
+    /// The ring's claim word (`crate::pull`).
+    pub fn claim(&self) -> &AtomicU64 {
+        &self.mem.ctrl().claim
+    }
+
+    /// Whether all of the ring has been read through once (every page of it has been
+    /// touched by both sides).
+    pub fn lapped(&self) -> bool {
+        self.head >= RING_BYTES as u64
+    }
+
     /// Whether records have been read whose space is not yet released.
     #[inline]
     pub fn holds(&self) -> bool {
@@ -582,7 +633,7 @@ impl Consumer {
     /// streamed record is waited for (spinning) until all of it is there.
     #[cfg(test)]
     pub fn pop<R>(&mut self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, Corrupt> {
-        self.pop_record(|rec| match rec {
+        self.pop_record(|rec, _| match rec {
             Record::Whole(m) => f(m),
             Record::Streamed(s) => {
                 while !s.complete() {
@@ -594,15 +645,20 @@ impl Consumer {
     }
 
     /// Like [`Consumer::pop`], but a streamed record is handed over as soon as its
-    /// first fragment is there. `f` must wait until all of it has arrived before it
-    /// returns; if it returns earlier (it gave up: the sender died), the record is not
-    /// released and comes again at the next call.
-    pub fn pop_record<R>(&mut self, f: impl FnOnce(Record<'_>) -> R) -> Result<Option<R>, Corrupt> {
+    /// first fragment is there, and with it whether it is a record of the transport's
+    /// own ([`Producer::try_push_internal`]). `f` must wait until all of it has arrived
+    /// before it returns; if it returns earlier (it gave up: the sender died), the
+    /// record is not released and comes again at the next call.
+    #[inline(always)]
+    pub fn pop_record<R>(
+        &mut self,
+        f: impl FnOnce(Record<'_>, bool) -> R,
+    ) -> Result<Option<R>, Corrupt> {
         loop {
             let off = self.head as usize & (RING_BYTES - 1);
             let h = self.mem.word(off).load(Ordering::Acquire);
             let expect = encode(self.head, 0, 0);
-            if h & !(LEN_MASK | PAD | STREAM) != expect {
+            if h & !(LEN_MASK | PAD | STREAM | INTERNAL) != expect {
                 // Zero or a header left from an earlier lap: nothing new yet, so a good
                 // time to release what was read.
                 if self.holds() {
@@ -633,7 +689,7 @@ impl Consumer {
                     at: self.head + HDR as u64,
                     len,
                 };
-                let r = f(Record::Streamed(&s));
+                let r = f(Record::Streamed(&s), h & INTERNAL != 0);
                 // the producer is still writing until the last fragment: never release
                 // (or clear) space it writes into; `f` gave up (its sender died)
                 if !s.complete() {
@@ -641,13 +697,16 @@ impl Consumer {
                 }
                 r
             } else {
-                f(Record::Whole(self.mem.bytes(off + HDR, len)))
+                f(
+                    Record::Whole(self.mem.bytes(off + HDR, len)),
+                    h & INTERNAL != 0,
+                )
             };
             // The first word of every line must be cleared before the space is
             // released: in a later lap any of them may be where a record starts, and
             // payload bytes there could otherwise look like a valid header. A record's
             // own header word is cleared too: a stale header matches again once the
-            // 44-bit sequence wraps, and with early laps (`SMALL_LAP`) a line far into
+            // 43-bit sequence wraps, and with early laps (`SMALL_LAP`) a line far into
             // the ring may go unwritten for that long. A single-line record's header is
             // cleared now, in the line just read; longer records are left to `release`.
             if sz > LINE {
@@ -701,7 +760,7 @@ mod tests {
     fn constants() {
         assert_eq!(MAX_RECORD, 1026 * 64);
         assert_eq!(CTRL_SLOTS, 28);
-        assert_eq!(CTRL_BYTES, 256);
+        assert_eq!(CTRL_BYTES, 384);
     }
 
     #[test]
@@ -887,7 +946,7 @@ mod tests {
                 let len = 8 + size(&mut s);
                 loop {
                     let got = c
-                        .pop_record(|rec| {
+                        .pop_record(|rec, _| {
                             let mut out = Vec::new();
                             match rec {
                                 Record::Whole(m) => out.extend_from_slice(m),

@@ -8,9 +8,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use common::{poll_until, stream_exchange};
-use transport::{Exchange, Incoming, Rank, RemoteBuf, Transport, TransportError};
+use transport::{Exchange, Incoming, Posted, Rank, RemoteBuf, Transport, TransportError};
 use transport_shm::testing::{child_env, mark_ran, run_ranks, spawn_ranks, FileExchange, RankEnv};
-use transport_shm::{segment_path, ShmTransport, CTRL_SLOTS, MAX_CTRL, STREAM_FROM};
+use transport_shm::{
+    segment_path, PullStats, ReadMode, ShmTransport, CHUNK, CTRL_SLOTS, MAX_CTRL, PULL_FROM,
+    STREAM_FROM,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -294,6 +297,8 @@ fn cma_put_get_1mib_and_bounds() {
         let mut ex = env.exchange();
         let mut t = ShmTransport::new(&mut ex).unwrap();
         assert!(t.caps().put && t.caps().get, "CMA unavailable: {t:?}");
+        // every read here is one `process_vm_readv` (pulls are tested below)
+        t.set_read_mode(ReadMode::Cma);
         let old = |i: usize| (i * 7 + 1) as u8;
         let new = |i: usize| (i * 13 + 5) as u8;
         if env.rank == 1 {
@@ -364,6 +369,214 @@ fn cma_put_get_1mib_and_bounds() {
             t.try_send(1, b"done", &[]).unwrap();
         }
     });
+}
+
+/// The byte at `i` of the buffers the pull tests read.
+fn pattern(i: usize) -> u8 {
+    (i ^ (i >> 8) ^ (i >> 17)).wrapping_mul(31) as u8
+}
+
+/// Polls (serving peers' pulls, and handing messages to `msg`) until every token of
+/// `tokens` is reported by `poll_done`; returns the outcomes in token order.
+fn wait_reads(
+    t: &mut ShmTransport,
+    tokens: &[u64],
+    msg: &mut dyn FnMut(Rank, &[u8]),
+) -> Vec<Result<(), TransportError>> {
+    let mut got: Vec<Option<Result<(), TransportError>>> = tokens.iter().map(|_| None).collect();
+    let end = Instant::now() + Duration::from_secs(60);
+    while got.iter().any(Option::is_none) {
+        t.poll(64, msg).unwrap();
+        t.poll_done(&mut |tok, r| {
+            let i = tokens
+                .iter()
+                .position(|&x| x == tok)
+                .expect("a token we gave");
+            assert!(got[i].is_none(), "token {tok} reported twice");
+            got[i] = Some(r);
+        })
+        .unwrap();
+        assert!(Instant::now() < end, "reads not done: {got:?}");
+    }
+    got.into_iter().map(Option::unwrap).collect()
+}
+
+/// Rank 1 exposes a buffer of `len` pattern bytes and serves (polls, sending rank 0
+/// numbered messages while it does, if `chatter`) until rank 0 says "done"; returns
+/// its transport's figures. `serve` false: it polls only after rank 0 is done.
+fn pull_owner(env: &RankEnv, len: usize, serve: bool, chatter: bool) -> PullStats {
+    let mut ex = env.exchange();
+    let mut t = ShmTransport::new(&mut ex).unwrap();
+    let buf: Vec<u8> = (0..len).map(pattern).collect();
+    publish_u64(&mut ex, "buf.addr", buf.as_ptr() as u64);
+    publish_u64(&mut ex, "buf.len", len as u64);
+    ex.fence().unwrap();
+    if !serve {
+        ex.fence().unwrap(); // rank 0 has read everything itself
+    }
+    let (mut done, mut k) = (false, 0u64);
+    let end = Instant::now() + Duration::from_secs(60);
+    while !done {
+        t.poll(64, &mut |s, m| {
+            assert_eq!((s, m), (0, &b"done"[..]));
+            done = true;
+        })
+        .unwrap();
+        if chatter && k < 100_000 && t.try_send(0, &k.to_le_bytes(), &[]).is_ok() {
+            k += 1;
+        }
+        assert!(Instant::now() < end, "rank 0 never finished");
+    }
+    if chatter {
+        t.try_send(0, b"end", &[]).unwrap();
+    }
+    assert!(
+        buf.iter().enumerate().all(|(i, &b)| b == pattern(i)),
+        "source changed"
+    );
+    t.pull_stats()
+}
+
+/// Large reads that the peer serves through the ring, one at a time and many at once,
+/// at odd sizes and offsets, while the peer also sends messages that must keep their
+/// order around the chunks; every byte is checked, and the peer copied every chunk.
+#[test]
+fn pulls_are_served_by_the_peer() {
+    const LEN: usize = 5 * CHUNK * 4 + 1234; // 1.25 MiB + 1234
+    run_ranks("pulls_are_served_by_the_peer", 2, TIMEOUT, |env| {
+        if env.rank == 1 {
+            let s = pull_owner(&env, LEN, true, true);
+            assert!(s.chunks_served > 0 && s.pulls == 0, "{s:?}");
+            return;
+        }
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        t.set_read_mode(ReadMode::Pull);
+        t.set_pull_patience(Duration::from_secs(3600)); // the peer copies every chunk
+        ex.fence().unwrap();
+        let d = remote_buf(&mut ex, 1);
+        let mut next = 0u64;
+        let mut msg = |s: Rank, m: &[u8]| {
+            assert_eq!(s, 1);
+            if m != b"end" {
+                assert_eq!(m, next.to_le_bytes(), "message out of order");
+                next += 1;
+            }
+        };
+        // one at a time
+        let cases = [
+            (PULL_FROM, 0),
+            (CHUNK, 7),
+            (CHUNK + 1, 4099),
+            (3 * CHUNK - 5, 12_345),
+            (LEN, 0),
+            (LEN - 70_001, 70_001),
+        ];
+        let mut chunks = 0;
+        for (k, &(len, off)) in cases.iter().enumerate() {
+            let mut dst = vec![0u8; len];
+            let token = 100 + k as u64;
+            let p = t.get(1, &mut dst, d, off as u64, token).unwrap();
+            assert_eq!(p, Posted::Pending, "{len} B at {off}: not a pull");
+            assert!(wait_reads(&mut t, &[token], &mut msg)[0].is_ok());
+            assert!(
+                dst.iter().enumerate().all(|(i, &b)| b == pattern(off + i)),
+                "{len} B at {off}: wrong bytes"
+            );
+            chunks += len.div_ceil(CHUNK) as u64;
+        }
+        // eight at once, into one buffer
+        let sizes = [
+            PULL_FROM,
+            100_000,
+            CHUNK,
+            2 * CHUNK + 3,
+            40_000,
+            CHUNK - 1,
+            300_000,
+            PULL_FROM + 1,
+        ];
+        let total: usize = sizes.iter().sum();
+        let mut dst = vec![0u8; total];
+        let mut rest = &mut dst[..];
+        let mut tokens = Vec::new();
+        let mut off = 0;
+        for (k, &len) in sizes.iter().enumerate() {
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            let p = t.get(1, piece, d, off as u64, 200 + k as u64).unwrap();
+            assert_eq!(p, Posted::Pending);
+            tokens.push(200 + k as u64);
+            off += len;
+            chunks += len.div_ceil(CHUNK) as u64;
+        }
+        assert!(wait_reads(&mut t, &tokens, &mut msg)
+            .iter()
+            .all(Result::is_ok));
+        assert!(
+            dst.iter().enumerate().all(|(i, &b)| b == pattern(i)),
+            "wrong bytes"
+        );
+        let s = t.pull_stats();
+        assert_eq!(
+            s,
+            PullStats {
+                pulls: (cases.len() + sizes.len()) as u64,
+                reads: 0,
+                chunks_served_to_us: chunks,
+                taken_back: 0,
+                chunks_served: 0,
+            }
+        );
+        t.try_send(1, b"done", &[]).unwrap();
+        // the peer's messages sent after its last chunk still come, in order
+        let mut end = false;
+        assert!(poll_until(&mut t, Duration::from_secs(60), |s, m| {
+            msg(s, m);
+            end |= m == b"end";
+            end
+        }));
+        assert!(next > 0, "no message came between the chunks");
+    });
+}
+
+/// A peer that does not poll does not stall a pull: the reader reads the rest itself
+/// after `PATIENCE`, and a late peer finds nothing left to copy.
+#[test]
+fn pulls_a_busy_peer_leaves_are_read_back() {
+    const LEN: usize = 3 << 20;
+    run_ranks(
+        "pulls_a_busy_peer_leaves_are_read_back",
+        2,
+        TIMEOUT,
+        |env| {
+            if env.rank == 1 {
+                let s = pull_owner(&env, LEN, false, false);
+                assert_eq!(s.chunks_served, 0, "{s:?}");
+                return;
+            }
+            let mut ex = env.exchange();
+            let mut t = ShmTransport::new(&mut ex).unwrap();
+            t.set_read_mode(ReadMode::Pull);
+            ex.fence().unwrap();
+            let d = remote_buf(&mut ex, 1);
+            let mut dst = vec![0u8; LEN - 99];
+            let t0 = Instant::now();
+            assert_eq!(t.get(1, &mut dst, d, 99, 7).unwrap(), Posted::Pending);
+            assert!(wait_reads(&mut t, &[7], &mut |s, _| panic!("message from {s}"))[0].is_ok());
+            let took = t0.elapsed();
+            assert!(dst.iter().enumerate().all(|(i, &b)| b == pattern(99 + i)));
+            let s = t.pull_stats();
+            assert_eq!(
+                (s.pulls, s.taken_back, s.chunks_served_to_us),
+                (1, 1, 0),
+                "{s:?}"
+            );
+            assert!(took < Duration::from_secs(5), "took {took:?}");
+            ex.fence().unwrap(); // the peer polls now: its ask is stale
+            t.try_send(1, b"done", &[]).unwrap();
+        },
+    );
 }
 
 #[test]
@@ -484,6 +697,18 @@ fn crash_body(env: &RankEnv) {
         t.get(1, &mut b, d, 0, 0),
         Err(TransportError::PeerGone(1, _))
     ));
+    // A large read from it, as a pull: asked, never served, and reported gone when
+    // the reader reads it back itself.
+    t.set_read_mode(transport_shm::ReadMode::Pull);
+    let mut big = vec![0u8; 1 << 20];
+    let far = RemoteBuf {
+        addr: 1 << 30,
+        len: 1 << 20,
+        key: 0,
+    };
+    assert_eq!(t.get(1, &mut big, far, 0, 5).unwrap(), Posted::Pending);
+    let r = wait_reads(&mut t, &[5], &mut |s, _| panic!("message from {s}"));
+    assert!(matches!(r[0], Err(TransportError::PeerGone(1, _))), "{r:?}");
     mark_ran(env);
 }
 

@@ -1,0 +1,761 @@
+//! Pulls: rendezvous reads that the peer serves through the ring.
+//!
+//! A rendezvous read ([`transport::Transport::get`]) of [`PULL_FROM`] bytes or more
+//! from a local peer does not copy with `process_vm_readv` at once. The reader asks
+//! the owner of the memory (the peer, whose send is waiting for the read to finish) in
+//! a record of the transport's own, and the peer copies the bytes into its ring to the
+//! reader in chunks of [`CHUNK`] bytes, streamed, while the reader copies each out
+//! into the destination: two copies that overlap, each at memcpy speed, instead of
+//! one system call that pins and copies page by page (on this machine ~4x slower per
+//! byte; `docs/performance.md`, "Pulls").
+//!
+//! Either side may copy any chunk, and each chunk is copied once: the chunks of all
+//! the pulls one reader asks of one peer are numbered in one sequence, and the ring
+//! from the reader to the peer holds a *claim word*, the first chunk that neither side
+//! has taken. The peer takes one chunk at a time, by compare-and-swap, whenever it
+//! polls and has room in its ring (at most [`SERVE_BUDGET`] bytes of chunks in flight).
+//! The reader takes the rest of a pull itself, in one `process_vm_readv`, when the
+//! peer has taken nothing for [`PATIENCE`]: a peer busy outside the library (an
+//! `MPI_Isend` followed by computation) costs the reader no more than that wait, and
+//! a peer that never polls again cannot stall it.
+//!
+//! Internal records (see `ring`'s header word):
+//!
+//! ```text
+//! ask  (reader -> peer): ASK  | pad (7 B) | first chunk (u64) | address (u64) | length (u64)
+//! data (peer -> reader): DATA | pad (7 B) | chunk (u64) | the chunk's bytes
+//! ```
+//!
+//! The peer reads its own memory at the address the reader names: the address of its
+//! send buffer, which the protocol keeps alive and unchanged until the reader's
+//! completion notice (`Fin`) comes, after the read. Pulls are served only where CMA
+//! works between the two, so a peer that can name any address could already read and
+//! write all of this process's memory with `process_vm_readv`/`writev`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use transport::{Rank, TransportError};
+
+use crate::ring::{Producer, Record, MAX_CTRL};
+
+/// Reads of at least this many bytes from a local peer are pulls (smaller ones copy
+/// with one `process_vm_readv`). Chosen by measurement (`docs/performance.md`,
+/// "Pulls").
+pub const PULL_FROM: usize = 32 * 1024;
+/// Bytes of one chunk: one ring record each (the last chunk of a pull may be shorter).
+pub const CHUNK: usize = 64 * 1024;
+/// Bytes of chunks a peer keeps in flight in its ring to one reader: room for the
+/// reader to copy out while the peer copies in, and room left in the 2 MiB ring for
+/// control messages.
+pub const SERVE_BUDGET: u64 = 256 * 1024;
+/// How long a reader waits for the peer to take a chunk before it reads the rest of
+/// the pull itself.
+pub const PATIENCE: Duration = Duration::from_micros(5);
+/// How long a reader waits for chunks that the peer has taken before it checks that
+/// the peer still lives.
+const ALIVE_CHECK: Duration = Duration::from_secs(1);
+
+const ASK: u8 = 1;
+const DATA: u8 = 2;
+/// Bytes of an ask record.
+pub const ASK_LEN: usize = 32;
+/// Bytes in front of a chunk's data in a data record.
+pub const DATA_HDR: usize = 16;
+
+const _: () = assert!(DATA_HDR + CHUNK <= MAX_CTRL && PULL_FROM <= CHUNK * 16);
+
+fn chunks(len: usize) -> u64 {
+    len.div_ceil(CHUNK) as u64
+}
+
+fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn bad(from: Rank, what: String) -> TransportError {
+    TransportError::Os {
+        call: "shm ring",
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("ring from rank {from}: {what}"),
+        ),
+    }
+}
+
+/// One pull this rank asked of a peer.
+struct Pull {
+    /// Its first chunk in the sequence of this reader's pulls from that peer.
+    first: u64,
+    /// Where the bytes go (the caller of `get` keeps it alive and untouched until the
+    /// pull is reported done).
+    dst: *mut u8,
+    len: usize,
+    /// The source address in the peer (for reading it ourselves).
+    addr: u64,
+    /// Chunks not yet copied in.
+    left: u64,
+    token: u64,
+    /// When it was asked for, and when its last chunk was in.
+    at: Instant,
+    done_at: Instant,
+    /// Whether the ring its data comes through had been used all round before (its
+    /// pages are mapped in both processes): only then does its time say what pulls
+    /// cost.
+    warm: bool,
+}
+
+impl Pull {
+    fn end(&self) -> u64 {
+        self.first + chunks(self.len)
+    }
+
+    /// Offset and length of chunk `c` of this pull.
+    fn span(&self, c: u64) -> (usize, usize) {
+        let off = (c - self.first) as usize * CHUNK;
+        (off, CHUNK.min(self.len - off))
+    }
+}
+
+/// How large reads from a local peer are made (`RSMPI_SHM_READ`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Measured: pulls or `process_vm_readv`, whichever has cost less per byte on
+    /// this pair of processes (see [`Reader::prefers_pull`]).
+    #[default]
+    Auto,
+    /// Always pulls (the reader still reads what the peer leaves untaken).
+    Pull,
+    /// Always one `process_vm_readv`, as before pulls.
+    Cma,
+}
+
+/// The environment variable that sets [`ReadMode`]: `auto`, `pull` or `cma`.
+pub const ENV_READ: &str = "RSMPI_SHM_READ";
+
+impl ReadMode {
+    /// The mode `RSMPI_SHM_READ` asks for ([`ReadMode::Auto`] when unset).
+    pub fn from_env() -> Result<Self, TransportError> {
+        Self::parse(std::env::var(ENV_READ).ok().as_deref())
+    }
+
+    /// The mode a value of `RSMPI_SHM_READ` names (`None`: unset).
+    pub fn parse(v: Option<&str>) -> Result<Self, TransportError> {
+        match v {
+            None | Some("auto") | Some("") => Ok(ReadMode::Auto),
+            Some("pull") => Ok(ReadMode::Pull),
+            Some("cma") => Ok(ReadMode::Cma),
+            Some(v) => Err(TransportError::Unavailable(format!(
+                "{ENV_READ}={v:?}: expected auto, pull or cma"
+            ))),
+        }
+    }
+}
+
+/// What large reads from local peers did, and what this rank served ([`crate::ShmTransport::pull_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PullStats {
+    /// Large reads made as pulls.
+    pub pulls: u64,
+    /// Large reads made with one `process_vm_readv`.
+    pub reads: u64,
+    /// Chunks of this rank's pulls that the peer copied through the ring.
+    pub chunks_served_to_us: u64,
+    /// Pulls whose rest this rank read itself because the peer took nothing for
+    /// [`PATIENCE`].
+    pub taken_back: u64,
+    /// Chunks this rank copied into its rings for peers' pulls.
+    pub chunks_served: u64,
+}
+
+/// The cost of one way of reading from a peer: nanoseconds per KiB of its last
+/// [`WINDOW`] reads, judged by the best of them, so that a read that met cold memory
+/// (a destination's first touch, a page not yet mapped) or a preemption does not
+/// decide, while a lasting change shows within [`WINDOW`] reads.
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    last: [f64; WINDOW],
+    samples: u32,
+}
+
+impl Cost {
+    fn add(&mut self, bytes: usize, took: Duration) {
+        let x = took.as_nanos() as f64 * 1024.0 / bytes.max(1) as f64;
+        self.last[self.samples as usize % WINDOW] = x;
+        self.samples = self.samples.saturating_add(1);
+    }
+
+    fn best(&self) -> f64 {
+        let n = (self.samples as usize).min(WINDOW);
+        self.last[..n].iter().copied().fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// Reads of each kind made before the cheaper one is chosen, and the samples each
+/// kind's cost is judged by.
+const WINDOW: usize = 4;
+/// Pulls are chosen only when they cost less than this share of a
+/// `process_vm_readv`: where the two are close (reads bound by memory bandwidth,
+/// as in a window of large messages into cold buffers), the single copy leaves the
+/// peer's CPU free and its cache undisturbed.
+const MARGIN: f64 = 0.75;
+/// Once chosen, one read in this many still goes the other way, so that a change in
+/// the machine (the two CPUs' distance, the memory's place) is noticed.
+pub const EXPLORE: u64 = 256;
+
+/// What pulls and `process_vm_readv` have cost per byte for reads of one size class,
+/// and how many such reads there were.
+#[derive(Clone, Copy, Default)]
+struct Choice {
+    pulled: Cost,
+    read: Cost,
+    reads: u64,
+}
+
+/// Size classes: one per power of two from [`PULL_FROM`], the last for everything
+/// from 4 MiB (a pull's fixed costs weigh differently at each size).
+const CLASSES: usize = 8;
+
+fn class(len: usize) -> usize {
+    let log = usize::BITS - 1 - len.max(1).leading_zeros();
+    (log.saturating_sub(PULL_FROM.trailing_zeros()) as usize).min(CLASSES - 1)
+}
+
+/// The pulls this rank asked of one peer.
+pub struct Reader {
+    /// What each way of reading has cost, per size class.
+    choices: [Choice; CLASSES],
+    /// Counts for [`PullStats`].
+    stats: PullStats,
+    /// How long the peer may take nothing before this reader reads the rest itself
+    /// ([`PATIENCE`]; tests change it).
+    pub patience: Duration,
+    /// When the latest pull's last chunk was in (the next one's service starts then
+    /// at the earliest).
+    last_done: Instant,
+    /// Chunks asked for so far: the next pull's first chunk.
+    asked: u64,
+    pulls: VecDeque<Pull>,
+    /// Data arrived since the last look at the time.
+    moved: bool,
+    /// The claim word at the last sign of progress, and when that was.
+    seen: u64,
+    since: Instant,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self {
+            choices: [Choice::default(); CLASSES],
+            stats: PullStats::default(),
+            patience: PATIENCE,
+            last_done: Instant::now(),
+            asked: 0,
+            pulls: VecDeque::new(),
+            moved: false,
+            seen: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+// SAFETY: the raw destination pointers are only written by the transport that owns the
+// reader, in the calls of the thread using it; the caller of `get` lent that memory to
+// the transport until the read is reported done.
+unsafe impl Send for Reader {}
+
+impl Reader {
+    /// Whether pulls are under way.
+    pub fn busy(&self) -> bool {
+        !self.pulls.is_empty()
+    }
+
+    /// Whether the next large read should be a pull: the first reads try each way
+    /// in turn, then the way that has cost less per byte is taken, except for one
+    /// read in [`EXPLORE`], which goes the other way. The choice is by measurement
+    /// because it depends on where the two processes run: where their CPUs share a
+    /// cache, two overlapping copies through the ring beat `process_vm_readv`'s one;
+    /// where every line the ring moves crosses between caches, one copy wins
+    /// (`docs/performance.md`, "Pulls").
+    /// Each size class (a power of two) is judged on its own.
+    pub fn prefers_pull(&mut self, len: usize) -> bool {
+        let c = &mut self.choices[class(len)];
+        c.reads += 1;
+        let (p, r) = (c.pulled, c.read);
+        if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
+            return p.samples <= r.samples;
+        }
+        (p.best() < MARGIN * r.best()) != (c.reads % EXPLORE == 0)
+    }
+
+    /// A large read made with `process_vm_readv` took `took`.
+    pub fn read_took(&mut self, bytes: usize, took: Duration) {
+        self.choices[class(bytes)].read.add(bytes, took);
+        self.stats.reads += 1;
+    }
+
+    /// A pull of `bytes` took `took` from the start of its service to its end.
+    fn pulled_took(&mut self, bytes: usize, took: Duration) {
+        self.choices[class(bytes)].pulled.add(bytes, took);
+    }
+
+    /// This reader's counts (the server's fields are zero).
+    pub fn stats(&self) -> PullStats {
+        self.stats
+    }
+
+    /// Asks the peer behind `ring` for `dst.len()` bytes at `addr` in its memory.
+    /// Returns false, having asked nothing, when the ring has no room for the ask.
+    /// `warm`: whether the ring the data will come through has been used all round.
+    pub fn ask(
+        &mut self,
+        ring: &mut Producer,
+        dst: &mut [u8],
+        addr: u64,
+        token: u64,
+        warm: bool,
+    ) -> bool {
+        let mut rec = [0u8; ASK_LEN];
+        rec[0] = ASK;
+        rec[8..16].copy_from_slice(&self.asked.to_le_bytes());
+        rec[16..24].copy_from_slice(&addr.to_le_bytes());
+        rec[24..32].copy_from_slice(&(dst.len() as u64).to_le_bytes());
+        if !ring.try_push_internal(&rec, &[]) {
+            return false;
+        }
+        let now = Instant::now();
+        if self.pulls.is_empty() {
+            self.seen = ring.claim().load(Ordering::Acquire);
+            self.since = now;
+        }
+        let p = Pull {
+            first: self.asked,
+            dst: dst.as_mut_ptr(),
+            len: dst.len(),
+            addr,
+            left: chunks(dst.len()),
+            token,
+            at: now,
+            done_at: now,
+            warm,
+        };
+        self.asked = p.end();
+        self.pulls.push_back(p);
+        self.stats.pulls += 1;
+        true
+    }
+
+    /// The pull holding chunk `c`, if it is one of ours still under way.
+    fn holding(&mut self, c: u64) -> Option<&mut Pull> {
+        self.pulls.iter_mut().find(|p| p.first <= c && c < p.end())
+    }
+
+    /// A data record from the peer: copies its chunk into the pull's destination as
+    /// it arrives.
+    fn data(&mut self, from: Rank, pid: i32, rec: Record<'_>) -> Result<(), TransportError> {
+        let head = match &rec {
+            Record::Whole(m) => &m[..DATA_HDR.min(m.len())],
+            Record::Streamed(s) => s.bytes(0, DATA_HDR),
+        };
+        let len = match &rec {
+            Record::Whole(m) => m.len(),
+            Record::Streamed(s) => s.len(),
+        };
+        if head.len() < DATA_HDR {
+            return Err(bad(from, format!("data record of {len} bytes")));
+        }
+        let c = word(head, 8);
+        let Some(p) = self.holding(c) else {
+            return Err(bad(from, format!("data for chunk {c}, not asked for")));
+        };
+        let (off, n) = p.span(c);
+        if len - DATA_HDR != n || p.left == 0 {
+            return Err(bad(
+                from,
+                format!("chunk {c} of {} bytes, expected {n}", len - DATA_HDR),
+            ));
+        }
+        // SAFETY: off + n <= p.len, so the range lies inside the destination that the
+        // caller of `get` lent until the pull is reported done (it is not, p.left > 0),
+        // and nothing else writes it meanwhile: each chunk is claimed by one side only.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), n) };
+        match rec {
+            Record::Whole(m) => dst.copy_from_slice(&m[DATA_HDR..]),
+            Record::Streamed(s) => {
+                let a = crate::Arrival { s, from, pid };
+                a.follow(DATA_HDR, len, |x, y| {
+                    dst[x - DATA_HDR..y - DATA_HDR].copy_from_slice(s.bytes(x, y - x))
+                })?;
+            }
+        }
+        p.left -= 1;
+        if p.left == 0 {
+            p.done_at = Instant::now();
+        }
+        self.moved = true;
+        self.stats.chunks_served_to_us += 1;
+        Ok(())
+    }
+
+    /// Reports the pulls that are complete; reads the rest of a pull itself when the
+    /// peer has taken nothing for [`PATIENCE`]; fails every pull when the peer is
+    /// gone.
+    pub fn poll_done(
+        &mut self,
+        claim: &AtomicU64,
+        from: Rank,
+        pid: i32,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> usize {
+        let mut n = 0;
+        while self.pulls.front().is_some_and(|p| p.left == 0) {
+            let p = self.pulls.pop_front().expect("front");
+            // its service began when it was asked for or when the one before it
+            // was done, whichever was later (many may be found done at once)
+            if p.warm {
+                let took = p
+                    .done_at
+                    .saturating_duration_since(p.at.max(self.last_done));
+                self.pulled_took(p.len, took);
+            }
+            self.last_done = p.done_at;
+            f(p.token, Ok(()));
+            n += 1;
+        }
+        if self.pulls.is_empty() {
+            return n;
+        }
+        let cur = claim.load(Ordering::Acquire);
+        let now = Instant::now();
+        if cur != self.seen || std::mem::take(&mut self.moved) {
+            self.seen = cur;
+            self.since = now;
+            return n;
+        }
+        let waited = now.duration_since(self.since);
+        if waited < self.patience {
+            return n;
+        }
+        if cur < self.asked {
+            if let Err(e) = self.take_rest(claim, cur, pid) {
+                let e = crate::cma_failure(from, "process_vm_readv", e);
+                return n + self.fail(e, f);
+            }
+            self.since = Instant::now();
+            self.seen = claim.load(Ordering::Acquire);
+            return n + self.poll_done(claim, from, pid, f);
+        }
+        // everything is claimed: the peer is writing the rest
+        if waited > ALIVE_CHECK && !crate::pid_alive(pid) {
+            let e = TransportError::PeerGone(from, format!("pid {pid} exited during a read"));
+            return n + self.fail(e, f);
+        }
+        n
+    }
+
+    /// Claims the chunks from `cur` to the end of the pull holding it and reads them
+    /// with `process_vm_readv`.
+    fn take_rest(&mut self, claim: &AtomicU64, cur: u64, pid: i32) -> std::io::Result<()> {
+        let Some(p) = self.holding(cur) else {
+            return Ok(());
+        };
+        let end = p.end();
+        if claim
+            .compare_exchange(cur, end, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Ok(()); // the peer took one meanwhile: it is serving
+        }
+        let (off, _) = p.span(cur);
+        // SAFETY: off < p.len: the range is the tail of the destination lent until the
+        // pull is reported done, and its chunks are now ours alone (claimed above).
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), p.len - off) };
+        crate::cma::read(pid, dst, p.addr + off as u64)?;
+        p.left -= end - cur;
+        if p.left == 0 {
+            p.done_at = Instant::now();
+        }
+        self.stats.taken_back += 1;
+        Ok(())
+    }
+
+    fn fail(
+        &mut self,
+        e: TransportError,
+        f: &mut dyn FnMut(u64, Result<(), TransportError>),
+    ) -> usize {
+        let n = self.pulls.len();
+        let text = e.to_string();
+        let mut first = Some(e);
+        for p in self.pulls.drain(..) {
+            let e = first
+                .take()
+                .unwrap_or_else(|| TransportError::Unavailable(text.clone()));
+            f(p.token, Err(e));
+        }
+        n
+    }
+}
+
+/// A pull a peer asked of this rank.
+struct Ask {
+    first: u64,
+    addr: u64,
+    len: usize,
+}
+
+impl Ask {
+    fn end(&self) -> u64 {
+        self.first + chunks(self.len)
+    }
+}
+
+/// The pulls one peer asked of this rank, served from this rank's memory.
+#[derive(Default)]
+pub struct Server {
+    /// The chunks asked for so far (the next ask's first chunk).
+    asked: u64,
+    asks: VecDeque<Ask>,
+    /// A chunk claimed whose record did not fit in the ring yet.
+    owed: Option<u64>,
+    /// Chunks written.
+    served: u64,
+}
+
+impl Server {
+    /// Whether pulls wait to be served.
+    pub fn busy(&self) -> bool {
+        !self.asks.is_empty()
+    }
+
+    /// Chunks this server has written.
+    pub fn served(&self) -> u64 {
+        self.served
+    }
+
+    /// An ask record from the peer.
+    fn ask(&mut self, from: Rank, m: &[u8]) -> Result<(), TransportError> {
+        if m.len() != ASK_LEN {
+            return Err(bad(from, format!("ask record of {} bytes", m.len())));
+        }
+        let a = Ask {
+            first: word(m, 8),
+            addr: word(m, 16),
+            len: word(m, 24) as usize,
+        };
+        if a.first != self.asked || a.len == 0 || a.addr.checked_add(a.len as u64).is_none() {
+            return Err(bad(
+                from,
+                format!(
+                    "ask for chunk {} of {} bytes at {:#x}",
+                    a.first, a.len, a.addr
+                ),
+            ));
+        }
+        self.asked = a.end();
+        self.asks.push_back(a);
+        Ok(())
+    }
+
+    /// Copies chunks into `ring` while it has room (at most [`SERVE_BUDGET`] bytes in
+    /// flight), claiming each from `claim` first. Returns how many it wrote.
+    pub fn serve(&mut self, ring: &mut Producer, claim: &AtomicU64) -> usize {
+        let mut n = 0;
+        loop {
+            if let Some(c) = self.owed {
+                if !self.write(ring, c) {
+                    return n;
+                }
+                self.owed = None;
+                self.served += 1;
+                n += 1;
+            }
+            let cur = claim.load(Ordering::Acquire);
+            while self.asks.front().is_some_and(|a| a.end() <= cur) {
+                self.asks.pop_front();
+            }
+            if self.asks.is_empty() || ring.in_flight() > SERVE_BUDGET {
+                return n;
+            }
+            if claim
+                .compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                self.owed = Some(cur);
+            }
+        }
+    }
+
+    /// Writes chunk `c` (claimed) into `ring`; false when the ring has no room.
+    fn write(&mut self, ring: &mut Producer, c: u64) -> bool {
+        let a = self
+            .asks
+            .iter()
+            .find(|a| a.first <= c && c < a.end())
+            .expect("a claimed chunk belongs to an ask");
+        let off = (c - a.first) as usize * CHUNK;
+        let n = CHUNK.min(a.len - off);
+        let mut hdr = [0u8; DATA_HDR];
+        hdr[0] = DATA;
+        hdr[8..16].copy_from_slice(&c.to_le_bytes());
+        // SAFETY: the range lies inside the buffer the peer named in its ask: the
+        // protocol's rendezvous send buffer, which stays alive and unchanged until the
+        // peer's `Fin` for it has come, after all its chunks. Asks are taken only where
+        // CMA works between the two processes, so a peer naming other memory could
+        // read it with `process_vm_readv` anyway (module docs).
+        let src = unsafe { std::slice::from_raw_parts((a.addr as usize + off) as *const u8, n) };
+        ring.try_push_internal(&hdr, src)
+    }
+}
+
+/// What became of a record the poll took from a ring.
+pub enum Taken {
+    /// A control message, handed to the caller.
+    Message,
+    /// A record of the transport's own, kept.
+    Own,
+    /// The record could not be taken: the sender died while streaming it, or it
+    /// broke the protocol.
+    Failed(Box<TransportError>),
+}
+
+/// The pull state of one rank: what it asked of each local peer, and what each
+/// asked of it, by ring slot.
+pub struct Pulls {
+    pub readers: Vec<Reader>,
+    pub servers: Vec<Server>,
+    /// Whether some reader has pulls under way.
+    pub reading: bool,
+    /// Whether some server has asks to serve.
+    pub serving: bool,
+}
+
+impl Pulls {
+    /// The state for `n` local ranks.
+    pub fn new(n: usize) -> Self {
+        Self {
+            readers: (0..n).map(|_| Reader::default()).collect(),
+            servers: (0..n).map(|_| Server::default()).collect(),
+            reading: false,
+            serving: false,
+        }
+    }
+
+    /// An internal record from `from` (ring slot `slot`): an ask for this rank to
+    /// serve, or data for one of its pulls. Out of line and cold: the poll's common
+    /// case, a control message, stays as short as it was before pulls.
+    #[cold]
+    #[inline(never)]
+    pub fn take(&mut self, rec: Record<'_>, slot: usize, from: Rank, pid: i32) -> Taken {
+        let kind = match &rec {
+            Record::Whole(m) => m.first().copied(),
+            Record::Streamed(s) => Some(s.bytes(0, 1)[0]),
+        };
+        let r = match (kind, rec) {
+            (Some(ASK), Record::Whole(m)) => self.servers[slot].ask(from, m),
+            (Some(DATA), rec) => self.readers[slot].data(from, pid, rec),
+            (k, _) => Err(bad(from, format!("internal record of kind {k:?}"))),
+        };
+        self.serving |= self.servers[slot].busy();
+        match r {
+            Ok(()) => Taken::Own,
+            Err(e) => Taken::Failed(Box::new(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader_with(pull_us: u64, read_us: u64, rounds: usize) -> (Reader, usize) {
+        let mut r = Reader::default();
+        let mut pulls = 0;
+        for _ in 0..rounds {
+            if r.prefers_pull(1 << 20) {
+                pulls += 1;
+                r.pulled_took(1 << 20, Duration::from_micros(pull_us));
+            } else {
+                r.read_took(1 << 20, Duration::from_micros(read_us));
+            }
+        }
+        (r, pulls)
+    }
+
+    #[test]
+    fn tries_each_way_then_takes_the_cheaper() {
+        // the first reads alternate, starting with a pull
+        let mut r = Reader::default();
+        let mut seq = Vec::new();
+        for _ in 0..2 * WINDOW {
+            let p = r.prefers_pull(PULL_FROM);
+            seq.push(p);
+            if p {
+                r.pulled_took(PULL_FROM, Duration::from_micros(1));
+            } else {
+                r.read_took(PULL_FROM, Duration::from_micros(2));
+            }
+        }
+        assert_eq!(seq, [true, false].repeat(WINDOW));
+        // pulls were cheaper: pulls from now on, but for one read in EXPLORE
+        let (_, pulls) = reader_with(50, 80, 8 + 1024);
+        assert_eq!(pulls, 4 + 1024 - 1024 / EXPLORE as usize);
+        // reads were cheaper: reads, but for one pull in EXPLORE
+        let (_, pulls) = reader_with(300, 80, 8 + 1024);
+        assert_eq!(pulls, 4 + 1024 / EXPLORE as usize);
+    }
+
+    #[test]
+    fn read_mode_settings() {
+        assert_eq!(ReadMode::parse(None).unwrap(), ReadMode::Auto);
+        assert_eq!(ReadMode::parse(Some("auto")).unwrap(), ReadMode::Auto);
+        assert_eq!(ReadMode::parse(Some("pull")).unwrap(), ReadMode::Pull);
+        assert_eq!(ReadMode::parse(Some("cma")).unwrap(), ReadMode::Cma);
+        let e = ReadMode::parse(Some("sometimes")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "RSMPI_SHM_READ=\"sometimes\": expected auto, pull or cma"
+        );
+    }
+
+    #[test]
+    fn judged_by_the_best_of_the_last_window() {
+        let mut c = Cost::default();
+        assert_eq!(c.best(), f64::INFINITY);
+        // one cold sample does not decide while a good one is in the window
+        c.add(1024, Duration::from_micros(100));
+        c.add(1024, Duration::from_micros(1));
+        assert_eq!(c.best(), 1000.0);
+        // a lasting change shows once the window has only new samples
+        for _ in 0..WINDOW {
+            c.add(2048, Duration::from_micros(10));
+        }
+        assert_eq!(c.best(), 5000.0);
+    }
+
+    #[test]
+    fn a_change_of_the_machine_is_followed() {
+        // pulls were cheaper, then become dearer than reads: after the window's
+        // worth of pulls at the new cost, reads are chosen
+        let mut r = reader_with(50, 80, 64).0;
+        for _ in 0..WINDOW {
+            assert!(r.prefers_pull(1 << 20));
+            r.pulled_took(1 << 20, Duration::from_micros(400));
+        }
+        let next: Vec<bool> = (0..10).map(|_| r.prefers_pull(1 << 20)).collect();
+        assert!(next.iter().all(|p| !p), "{next:?}");
+        // another size class has its own judgement: it still tries each way
+        assert!(r.prefers_pull(4 << 20));
+    }
+
+    #[test]
+    fn size_classes() {
+        assert_eq!(class(PULL_FROM), 0);
+        assert_eq!(class(2 * PULL_FROM - 1), 0);
+        assert_eq!(class(CHUNK), 1);
+        assert_eq!(class(1 << 20), 5);
+        assert_eq!(class(4 << 20), CLASSES - 1);
+        assert_eq!(class(1 << 40), CLASSES - 1);
+    }
+}
