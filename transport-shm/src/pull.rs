@@ -97,9 +97,11 @@ struct Pull {
     /// Chunks not yet copied in.
     left: u64,
     token: u64,
-    /// When it was asked for, and when its last chunk was in.
-    at: Instant,
-    done_at: Instant,
+    /// The reader's own time on it so far: copying chunks out of the ring (and
+    /// waiting for the rest of a chunk that is being copied in), or waiting for the
+    /// peer and reading the rest itself. What a pull costs the reader, whatever else
+    /// it does meanwhile.
+    spent: Duration,
     /// Whether the ring its data comes through had been used all round before (its
     /// pages are mapped in both processes): only then does its time say what pulls
     /// cost.
@@ -200,8 +202,9 @@ const WINDOW: usize = 4;
 /// as in a window of large messages into cold buffers), the single copy leaves the
 /// peer's CPU free and its cache undisturbed.
 const MARGIN: f64 = 0.75;
-/// Once chosen, one read in this many still goes the other way, so that a change in
-/// the machine (the two CPUs' distance, the memory's place) is noticed.
+/// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th) still goes
+/// the other way, so that a change in the machine (the two CPUs' distance, the
+/// memory's place) is noticed, and so is a first judgement made on cold memory.
 pub const EXPLORE: u64 = 256;
 
 /// What pulls and `process_vm_readv` have cost per byte for reads of one size class,
@@ -231,9 +234,6 @@ pub struct Reader {
     /// How long the peer may take nothing before this reader reads the rest itself
     /// ([`PATIENCE`]; tests change it).
     pub patience: Duration,
-    /// When the latest pull's last chunk was in (the next one's service starts then
-    /// at the earliest).
-    last_done: Instant,
     /// Chunks asked for so far: the next pull's first chunk.
     asked: u64,
     pulls: VecDeque<Pull>,
@@ -250,7 +250,6 @@ impl Default for Reader {
             choices: [Choice::default(); CLASSES],
             stats: PullStats::default(),
             patience: PATIENCE,
-            last_done: Instant::now(),
             asked: 0,
             pulls: VecDeque::new(),
             moved: false,
@@ -286,7 +285,10 @@ impl Reader {
         if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
             return p.samples <= r.samples;
         }
-        (p.best() < MARGIN * r.best()) != (c.reads % EXPLORE == 0)
+        // explore often at first, when samples may have met cold memory (a
+        // destination's first touch), then once in EXPLORE
+        let explore = c.reads % EXPLORE == 0 || c.reads.is_power_of_two();
+        (p.best() < MARGIN * r.best()) != explore
     }
 
     /// A large read made with `process_vm_readv` took `took`.
@@ -336,8 +338,7 @@ impl Reader {
             addr,
             left: chunks(dst.len()),
             token,
-            at: now,
-            done_at: now,
+            spent: Duration::ZERO,
             warm,
         };
         self.asked = p.end();
@@ -380,6 +381,7 @@ impl Reader {
         // caller of `get` lent until the pull is reported done (it is not, p.left > 0),
         // and nothing else writes it meanwhile: each chunk is claimed by one side only.
         let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), n) };
+        let t = Instant::now();
         match rec {
             Record::Whole(m) => dst.copy_from_slice(&m[DATA_HDR..]),
             Record::Streamed(s) => {
@@ -390,9 +392,7 @@ impl Reader {
             }
         }
         p.left -= 1;
-        if p.left == 0 {
-            p.done_at = Instant::now();
-        }
+        p.spent += t.elapsed();
         self.moved = true;
         self.stats.chunks_served_to_us += 1;
         Ok(())
@@ -411,15 +411,9 @@ impl Reader {
         let mut n = 0;
         while self.pulls.front().is_some_and(|p| p.left == 0) {
             let p = self.pulls.pop_front().expect("front");
-            // its service began when it was asked for or when the one before it
-            // was done, whichever was later (many may be found done at once)
             if p.warm {
-                let took = p
-                    .done_at
-                    .saturating_duration_since(p.at.max(self.last_done));
-                self.pulled_took(p.len, took);
+                self.pulled_took(p.len, p.spent);
             }
-            self.last_done = p.done_at;
             f(p.token, Ok(()));
             n += 1;
         }
@@ -438,7 +432,7 @@ impl Reader {
             return n;
         }
         if cur < self.asked {
-            if let Err(e) = self.take_rest(claim, cur, pid) {
+            if let Err(e) = self.take_rest(claim, cur, pid, waited) {
                 let e = crate::cma_failure(from, "process_vm_readv", e);
                 return n + self.fail(e, f);
             }
@@ -456,7 +450,14 @@ impl Reader {
 
     /// Claims the chunks from `cur` to the end of the pull holding it and reads them
     /// with `process_vm_readv`.
-    fn take_rest(&mut self, claim: &AtomicU64, cur: u64, pid: i32) -> std::io::Result<()> {
+    /// `waited`: how long the peer took nothing (part of the pull's cost).
+    fn take_rest(
+        &mut self,
+        claim: &AtomicU64,
+        cur: u64,
+        pid: i32,
+        waited: Duration,
+    ) -> std::io::Result<()> {
         let Some(p) = self.holding(cur) else {
             return Ok(());
         };
@@ -471,11 +472,10 @@ impl Reader {
         // SAFETY: off < p.len: the range is the tail of the destination lent until the
         // pull is reported done, and its chunks are now ours alone (claimed above).
         let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), p.len - off) };
+        let t = Instant::now();
         crate::cma::read(pid, dst, p.addr + off as u64)?;
         p.left -= end - cur;
-        if p.left == 0 {
-            p.done_at = Instant::now();
-        }
+        p.spent += waited + t.elapsed();
         self.stats.taken_back += 1;
         Ok(())
     }
@@ -698,12 +698,16 @@ mod tests {
             }
         }
         assert_eq!(seq, [true, false].repeat(WINDOW));
-        // pulls were cheaper: pulls from now on, but for one read in EXPLORE
+        // pulls were cheaper: pulls from now on, but for the reads numbered 16, 32,
+        // 64, 128 and then every EXPLORE-th (256, 512, 768, 1024)
         let (_, pulls) = reader_with(50, 80, 8 + 1024);
-        assert_eq!(pulls, 4 + 1024 - 1024 / EXPLORE as usize);
-        // reads were cheaper: reads, but for one pull in EXPLORE
+        assert_eq!(pulls, 4 + 1024 - 4 - 4);
+        // reads were cheaper: reads, but for as many pulls
         let (_, pulls) = reader_with(300, 80, 8 + 1024);
-        assert_eq!(pulls, 4 + 1024 / EXPLORE as usize);
+        assert_eq!(pulls, 4 + 4 + 4);
+        // close costs: the single copy is kept unless pulls save a quarter
+        let (_, pulls) = reader_with(70, 80, 8 + 1024);
+        assert_eq!(pulls, 4 + 4 + 4);
     }
 
     #[test]
