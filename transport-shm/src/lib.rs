@@ -612,10 +612,6 @@ impl ShmTransport {
         self.peer_pid(peer).ok_or(TransportError::NoSuchRank(peer))
     }
 
-    fn cma_error(&self, peer: Rank, call: &'static str, e: io::Error) -> TransportError {
-        cma_failure(peer, call, e)
-    }
-
     /// How large reads from local peers are made ([`ReadMode`]; by default what
     /// `RSMPI_SHM_READ` says).
     pub fn set_read_mode(&mut self, mode: ReadMode) {
@@ -837,7 +833,7 @@ impl Transport for ShmTransport {
             return Err(TransportError::Unsupported("put"));
         }
         let addr = remote_addr(&dst, offset)?;
-        cma::write(pid, src, addr).map_err(|e| self.cma_error(peer, "process_vm_writev", e))?;
+        cma::write(pid, src, addr).map_err(|e| cma_failure(peer, "process_vm_writev", e))?;
         Ok(Posted::Done)
     }
 
@@ -857,7 +853,7 @@ impl Transport for ShmTransport {
         let addr = remote_addr(&src, offset)?;
         let i = self.slot_of(peer).expect("local peer");
         if dst.len() < PULL_FROM || i == self.me {
-            cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))?;
+            cma::read(pid, dst, addr).map_err(|e| cma_failure(peer, "process_vm_readv", e))?;
             return Ok(Posted::Done);
         }
         // a large read from another process: the peer copies it through the ring
@@ -875,7 +871,7 @@ impl Transport for ShmTransport {
             return Ok(Posted::Pending);
         }
         let t = std::time::Instant::now();
-        cma::read(pid, dst, addr).map_err(|e| self.cma_error(peer, "process_vm_readv", e))?;
+        cma::read(pid, dst, addr).map_err(|e| cma_failure(peer, "process_vm_readv", e))?;
         self.pulls.readers[i].read_took(dst.len(), t.elapsed());
         Ok(Posted::Done)
     }

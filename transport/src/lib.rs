@@ -191,7 +191,9 @@ pub trait Transport {
         -> Result<(), TransportError>;
 
     /// Delivers up to `max` incoming control messages to `f` as `(source, bytes)`, in
-    /// per-source order. The slice is valid only during the call. Returns how many.
+    /// per-source order. The slice is valid only during the call. Returns how many,
+    /// plus the records of the transport's own that it took or wrote meanwhile (shared
+    /// memory's pulls, a sign of progress for callers that back off while idle).
     fn poll(&mut self, max: usize, f: &mut dyn FnMut(Rank, &[u8]))
         -> Result<usize, TransportError>;
 
