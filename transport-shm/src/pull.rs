@@ -97,11 +97,10 @@ struct Pull {
     /// Chunks not yet copied in.
     left: u64,
     token: u64,
-    /// The reader's own time on it so far: copying chunks out of the ring (and
-    /// waiting for the rest of a chunk that is being copied in), or waiting for the
-    /// peer and reading the rest itself. What a pull costs the reader, whatever else
-    /// it does meanwhile.
-    spent: Duration,
+    /// When it was asked for, and when its last chunk was in; and the reader's time
+    /// in `process_vm_readv` calls by each of those moments (`Reader::in_reads`).
+    at: (Instant, Duration),
+    done: (Instant, Duration),
     /// Whether the ring its data comes through had been used all round before (its
     /// pages are mapped in both processes): only then does its time say what pulls
     /// cost.
@@ -202,10 +201,10 @@ const WINDOW: usize = 4;
 /// as in a window of large messages into cold buffers), the single copy leaves the
 /// peer's CPU free and its cache undisturbed.
 const MARGIN: f64 = 0.75;
-/// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th) still goes
-/// the other way, so that a change in the machine (the two CPUs' distance, the
+/// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th, 256th) still
+/// goes the other way, so that a change in the machine (the two CPUs' distance, the
 /// memory's place) is noticed, and so is a first judgement made on cold memory.
-pub const EXPLORE: u64 = 256;
+pub const EXPLORE: u64 = 512;
 
 /// What pulls and `process_vm_readv` have cost per byte for reads of one size class,
 /// and how many such reads there were.
@@ -237,6 +236,10 @@ pub struct Reader {
     /// Chunks asked for so far: the next pull's first chunk.
     asked: u64,
     pulls: VecDeque<Pull>,
+    /// The time this reader has spent in `process_vm_readv` calls, and the moment
+    /// (with that time then) when the latest pull's last chunk was in.
+    in_reads: Duration,
+    last_done: (Instant, Duration),
     /// Data arrived since the last look at the time.
     moved: bool,
     /// The claim word at the last sign of progress, and when that was.
@@ -252,6 +255,8 @@ impl Default for Reader {
             patience: PATIENCE,
             asked: 0,
             pulls: VecDeque::new(),
+            in_reads: Duration::ZERO,
+            last_done: (Instant::now(), Duration::ZERO),
             moved: false,
             seen: 0,
             since: Instant::now(),
@@ -295,6 +300,7 @@ impl Reader {
     pub fn read_took(&mut self, bytes: usize, took: Duration) {
         self.choices[class(bytes)].read.add(bytes, took);
         self.stats.reads += 1;
+        self.in_reads += took;
     }
 
     /// A pull of `bytes` took `took` from the start of its service to its end.
@@ -338,7 +344,8 @@ impl Reader {
             addr,
             left: chunks(dst.len()),
             token,
-            spent: Duration::ZERO,
+            at: (now, self.in_reads),
+            done: (now, self.in_reads),
             warm,
         };
         self.asked = p.end();
@@ -367,6 +374,7 @@ impl Reader {
             return Err(bad(from, format!("data record of {len} bytes")));
         }
         let c = word(head, 8);
+        let in_reads = self.in_reads;
         let Some(p) = self.holding(c) else {
             return Err(bad(from, format!("data for chunk {c}, not asked for")));
         };
@@ -381,7 +389,6 @@ impl Reader {
         // caller of `get` lent until the pull is reported done (it is not, p.left > 0),
         // and nothing else writes it meanwhile: each chunk is claimed by one side only.
         let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), n) };
-        let t = Instant::now();
         match rec {
             Record::Whole(m) => dst.copy_from_slice(&m[DATA_HDR..]),
             Record::Streamed(s) => {
@@ -392,7 +399,9 @@ impl Reader {
             }
         }
         p.left -= 1;
-        p.spent += t.elapsed();
+        if p.left == 0 {
+            p.done = (Instant::now(), in_reads);
+        }
         self.moved = true;
         self.stats.chunks_served_to_us += 1;
         Ok(())
@@ -411,8 +420,20 @@ impl Reader {
         let mut n = 0;
         while self.pulls.front().is_some_and(|p| p.left == 0) {
             let p = self.pulls.pop_front().expect("front");
-            if p.warm {
-                self.pulled_took(p.len, p.spent);
+            // its time began when it was asked for or when the one before it was in,
+            // whichever was later (in a burst each pull's time is its share), less
+            // what the reader spent in `process_vm_readv` calls meanwhile
+            let start = if p.at.0 >= self.last_done.0 {
+                p.at
+            } else {
+                self.last_done
+            };
+            if p.warm && p.done.0 > start.0 {
+                let took = (p.done.0 - start.0).saturating_sub(p.done.1 - start.1);
+                self.pulled_took(p.len, took);
+            }
+            if p.done.0 > self.last_done.0 {
+                self.last_done = p.done;
             }
             f(p.token, Ok(()));
             n += 1;
@@ -432,7 +453,7 @@ impl Reader {
             return n;
         }
         if cur < self.asked {
-            if let Err(e) = self.take_rest(claim, cur, pid, waited) {
+            if let Err(e) = self.take_rest(claim, cur, pid) {
                 let e = crate::cma_failure(from, "process_vm_readv", e);
                 return n + self.fail(e, f);
             }
@@ -450,14 +471,8 @@ impl Reader {
 
     /// Claims the chunks from `cur` to the end of the pull holding it and reads them
     /// with `process_vm_readv`.
-    /// `waited`: how long the peer took nothing (part of the pull's cost).
-    fn take_rest(
-        &mut self,
-        claim: &AtomicU64,
-        cur: u64,
-        pid: i32,
-        waited: Duration,
-    ) -> std::io::Result<()> {
+    fn take_rest(&mut self, claim: &AtomicU64, cur: u64, pid: i32) -> std::io::Result<()> {
+        let in_reads = self.in_reads;
         let Some(p) = self.holding(cur) else {
             return Ok(());
         };
@@ -472,10 +487,12 @@ impl Reader {
         // SAFETY: off < p.len: the range is the tail of the destination lent until the
         // pull is reported done, and its chunks are now ours alone (claimed above).
         let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), p.len - off) };
-        let t = Instant::now();
         crate::cma::read(pid, dst, p.addr + off as u64)?;
         p.left -= end - cur;
-        p.spent += waited + t.elapsed();
+        if p.left == 0 {
+            // its time includes the wait for the peer: what asking it cost
+            p.done = (Instant::now(), in_reads);
+        }
         self.stats.taken_back += 1;
         Ok(())
     }
@@ -699,15 +716,15 @@ mod tests {
         }
         assert_eq!(seq, [true, false].repeat(WINDOW));
         // pulls were cheaper: pulls from now on, but for the reads numbered 16, 32,
-        // 64, 128 and then every EXPLORE-th (256, 512, 768, 1024)
+        // 64, 128, 256 and then every EXPLORE-th (512, 1024)
         let (_, pulls) = reader_with(50, 80, 8 + 1024);
-        assert_eq!(pulls, 4 + 1024 - 4 - 4);
+        assert_eq!(pulls, 4 + 1024 - 5 - 2);
         // reads were cheaper: reads, but for as many pulls
         let (_, pulls) = reader_with(300, 80, 8 + 1024);
-        assert_eq!(pulls, 4 + 4 + 4);
+        assert_eq!(pulls, 4 + 5 + 2);
         // close costs: the single copy is kept unless pulls save a quarter
         let (_, pulls) = reader_with(70, 80, 8 + 1024);
-        assert_eq!(pulls, 4 + 4 + 4);
+        assert_eq!(pulls, 4 + 5 + 2);
     }
 
     #[test]
