@@ -860,13 +860,16 @@ impl Transport for ShmTransport {
         // when that has been the faster way to this peer, and the ring has room for
         // the ask; else one `process_vm_readv`, timed (`pull`)
         let warm = self.inbound[i - usize::from(i > self.me)].ring.lapped();
+        let served = self.pulls.servers[i].served();
+        let serving = self.pulls.servers[i].busy();
         let reader = &mut self.pulls.readers[i];
+        reader.both_ways(serving);
         let pull = match self.read_mode {
             ReadMode::Auto => reader.prefers_pull(dst.len()),
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
-        if pull && reader.ask(&mut self.producers[i], dst, addr, token, warm) {
+        if pull && reader.ask(&mut self.producers[i], dst, addr, token, warm, served) {
             self.pulls.reading = true;
             return Ok(Posted::Pending);
         }
@@ -888,7 +891,8 @@ impl Transport for ShmTransport {
         for (i, reader) in self.pulls.readers.iter_mut().enumerate() {
             if reader.busy() {
                 let claim = self.producers[i].claim();
-                n += reader.poll_done(claim, self.local[i], self.pids[i], f);
+                let served = self.pulls.servers[i].served();
+                n += reader.poll_done(claim, self.local[i], self.pids[i], served, f);
                 busy |= reader.busy();
             }
         }
