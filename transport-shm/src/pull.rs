@@ -766,34 +766,27 @@ mod tests {
         // the same when it shows only as chunks served while a pull was under way
         let mut r = reader_with(50, 80, 64).0;
         let mut dst = vec![0u8; CHUNK];
-        let now = Instant::now();
-        r.pulls.push_back(Pull {
-            first: 0,
-            dst: dst.as_mut_ptr(),
-            len: CHUNK,
-            addr: 0,
-            left: 0,
-            token: 1,
-            at: (now, Duration::ZERO),
-            done: (now, Duration::ZERO),
-            served: 3,
-            warm: false,
-        });
-        let claim = AtomicU64::new(1);
+        // a finished one-chunk pull asked for when 3 chunks had been served
+        let mut finished = |first: u64| {
+            let now = Instant::now();
+            Pull {
+                first,
+                dst: dst.as_mut_ptr(),
+                len: CHUNK,
+                addr: 0,
+                left: 0,
+                token: first,
+                at: (now, Duration::ZERO),
+                done: (now, Duration::ZERO),
+                served: 3,
+                warm: false,
+            }
+        };
+        let claim = AtomicU64::new(2);
+        r.pulls.push_back(finished(0));
         assert_eq!(r.poll_done(&claim, 1, 0, 3, &mut |_, _| ()), 1);
         assert!(r.prefers_pull(1 << 20), "nothing served meanwhile");
-        r.pulls.push_back(Pull {
-            first: 1,
-            dst: dst.as_mut_ptr(),
-            len: CHUNK,
-            addr: 0,
-            left: 0,
-            token: 2,
-            at: (now, Duration::ZERO),
-            done: (now, Duration::ZERO),
-            served: 3,
-            warm: false,
-        });
+        r.pulls.push_back(finished(1));
         assert_eq!(r.poll_done(&claim, 1, 0, 5, &mut |_, _| ()), 1);
         assert!(!r.prefers_pull(1 << 20), "chunks served meanwhile");
     }
