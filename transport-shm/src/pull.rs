@@ -282,13 +282,14 @@ impl Reader {
     }
 
     /// Whether the next large read should be a pull: the first reads try each way
-    /// in turn, then the way that has cost less per byte is taken, except for one
-    /// read in [`EXPLORE`], which goes the other way. The choice is by measurement
-    /// because it depends on where the two processes run: where their CPUs share a
-    /// cache, two overlapping copies through the ring beat `process_vm_readv`'s one;
-    /// where every line the ring moves crosses between caches, one copy wins
-    /// (`docs/performance.md`, "Pulls").
-    /// Each size class (a power of two) is judged on its own.
+    /// in turn, then the way that has cost less per byte is taken (a pull only below
+    /// [`MARGIN`] of a read), except for the 16th to 256th read and one in
+    /// [`EXPLORE`], which go the other way; never once traffic has flowed both ways
+    /// ([`Reader::both_ways`]). The choice is by measurement because it depends on
+    /// where the two processes run: where their CPUs share a cache, two overlapping
+    /// copies through the ring beat `process_vm_readv`'s one; where every line the
+    /// ring moves crosses between caches, one copy wins (`docs/performance.md`,
+    /// "Pulls"). Each size class (a power of two) is judged on its own.
     pub fn prefers_pull(&mut self, len: usize) -> bool {
         if self.single {
             return false;
