@@ -125,7 +125,7 @@ impl Pull {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ReadMode {
     /// Measured: pulls or `process_vm_readv`, whichever has cost less per byte on
-    /// this pair of processes (see [`Reader::prefers_pull`]).
+    /// this pair of processes (the crate docs, "Pulls", and `docs/transports.md`).
     #[default]
     Auto,
     /// Always pulls (the reader still reads what the peer leaves untaken).
