@@ -128,7 +128,7 @@
 //! `process_vm_writev`/`process_vm_readv` on the peer's pid (also for `peer == self`,
 //! which lets the kernel validate the address), looping over partial transfers. A peer
 //! that has exited gives [`TransportError::PeerGone`]. CMA is synchronous, so a `put`
-//! is visible before any later control message.
+//! is visible before any later control message (and so is a push, below).
 //!
 //! **Pulls.** A `get` of [`PULL_FROM`] bytes or more from another process may instead
 //! return [`Posted::Pending`]: the reader asks the peer, in a record of the
@@ -143,6 +143,17 @@
 //! cache, and lose badly where every line of the ring crosses between caches. The
 //! protocol of chunks, claims and asks is in the `pull` module's source.
 //!
+//! **Pushes.** A `put` of [`PUSH_FROM`] bytes or more to another process may instead
+//! copy the payload into the ring to the receiver, in [`PUSH_CHUNK`] records that
+//! name the address each goes to; the receiver's transport copies each chunk into
+//! place when its `poll` meets it. `put` still returns [`Posted::Done`], once every
+//! chunk is claimed: taken by the receiver (so its copy comes before any later
+//! control message), or, when the receiver has taken nothing for
+//! [`PUSH_PATIENCE`], written by the sender with one `process_vm_writev` (the
+//! receiver skips those records). Chosen by measurement per peer like pulls
+//! ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the protocol is in the `push` module's
+//! source.
+//!
 //! # Failure
 //!
 //! `poll` cannot notice that a peer died (its ring simply stays empty), and `try_send`
@@ -154,6 +165,7 @@
 mod cma;
 mod loopback;
 mod pull;
+mod push;
 mod ring;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -172,6 +184,9 @@ use transport::{
 pub use loopback::Loopback;
 use pull::Taken;
 pub use pull::{PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, PATIENCE, PULL_FROM, SERVE_BUDGET};
+pub use push::{
+    PushStats, WriteMode, ENV_WRITE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FROM, PUSH_PATIENCE,
+};
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
     CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, WRAP_LAG,
@@ -442,6 +457,10 @@ pub struct ShmTransport {
     pulls: pull::Pulls,
     /// How large reads from local peers are made.
     read_mode: ReadMode,
+    /// This rank's pushes to each local peer, by slot ([`push`]).
+    pushers: Vec<push::Pusher>,
+    /// How large direct writes to local peers are made.
+    write_mode: WriteMode,
     // The mappings come last: rings above point into them.
     _peer_maps: Vec<Option<MmapRaw>>,
     own: OwnSegment,
@@ -486,6 +505,7 @@ impl ShmTransport {
             )));
         }
         let read_mode = ReadMode::from_env()?;
+        let write_mode = WriteMode::from_env()?;
         let mut slot = vec![NOT_LOCAL; size as usize];
         for (i, &r) in local.iter().enumerate() {
             slot[r as usize] = i as u32;
@@ -566,6 +586,7 @@ impl ShmTransport {
             })
             .collect();
         let pulls = pull::Pulls::new(local.len());
+        let pushers = (0..local.len()).map(|_| push::Pusher::default()).collect();
         Ok(Self {
             rank,
             size,
@@ -580,6 +601,8 @@ impl ShmTransport {
             cma,
             pulls,
             read_mode,
+            pushers,
+            write_mode,
             _peer_maps: peers,
             own,
         })
@@ -618,6 +641,12 @@ impl ShmTransport {
         self.read_mode = mode;
     }
 
+    /// How large direct writes to local peers are made ([`WriteMode`]; by default
+    /// what `RSMPI_SHM_WRITE` says).
+    pub fn set_write_mode(&mut self, mode: WriteMode) {
+        self.write_mode = mode;
+    }
+
     /// How long the peer of a pull may take nothing before this rank reads the rest
     /// itself (default [`PATIENCE`]); for tests that must know who copied what.
     #[cfg(feature = "testing")]
@@ -625,6 +654,29 @@ impl ShmTransport {
         for r in &mut self.pulls.readers {
             r.patience = d;
         }
+    }
+
+    /// How long the receiver of a push may take nothing before this rank writes the
+    /// rest itself (default [`PATIENCE`]); for tests that must know who copied what.
+    #[cfg(feature = "testing")]
+    pub fn set_push_patience(&mut self, d: std::time::Duration) {
+        for p in &mut self.pushers {
+            p.patience = d;
+        }
+    }
+
+    /// What large direct writes to local peers did, and the chunks of peers' pushes
+    /// this rank took in or skipped.
+    pub fn push_stats(&self) -> PushStats {
+        let mut s = self.pulls.pushed_in;
+        for p in &self.pushers {
+            let x = p.stats();
+            s.pushes += x.pushes;
+            s.writes += x.writes;
+            s.chunks_pushed += x.chunks_pushed;
+            s.taken_back += x.taken_back;
+        }
+        s
     }
 
     /// What large reads from local peers did, and the chunks this rank served.
@@ -770,15 +822,15 @@ impl Transport for ShmTransport {
                 .pop_record(
                     #[inline(always)]
                     |rec, own| match (rec, own) {
-                        (Record::Whole(m), false) => {
+                        (Record::Whole(m), None) => {
                             f(sender, Incoming::Whole(m));
                             Taken::Message
                         }
-                        (Record::Streamed(st), false) => match streamed(f, sender, pid, st) {
+                        (Record::Streamed(st), None) => match streamed(f, sender, pid, st) {
                             None => Taken::Message,
                             Some(e) => Taken::Failed(Box::new(e)),
                         },
-                        (rec, true) => pulls.take(rec, slot, sender, pid),
+                        (rec, Some(push)) => pulls.take(rec, push, slot, sender, pid),
                     },
                 )
                 .map_err(|e| TransportError::Os {
@@ -795,7 +847,8 @@ impl Transport for ShmTransport {
                     self.next = i;
                 }
                 None => idle += 1,
-                // the transport's own record: an ask to serve, or data of a pull
+                // the transport's own record: an ask to serve, data of a pull, or a
+                // chunk of a push
                 Some(Taken::Own) => {
                     internal += 1;
                     idle = 0;
@@ -833,7 +886,28 @@ impl Transport for ShmTransport {
             return Err(TransportError::Unsupported("put"));
         }
         let addr = remote_addr(&dst, offset)?;
+        let i = self.slot_of(peer).expect("local peer");
+        if src.len() < PUSH_FROM || i == self.me {
+            cma::write(pid, src, addr).map_err(|e| cma_failure(peer, "process_vm_writev", e))?;
+            return Ok(Posted::Done);
+        }
+        // a large write to another process: pushed through the ring when that has
+        // been the faster way to this peer, else one `process_vm_writev`, timed (`push`)
+        let pusher = &mut self.pushers[i];
+        let push = match self.write_mode {
+            WriteMode::Auto => pusher.prefers_push(src.len()),
+            WriteMode::Push => true,
+            WriteMode::Cma => false,
+        };
+        if push {
+            pusher
+                .push(&mut self.producers[i], src, addr, pid)
+                .map_err(|e| cma_failure(peer, "process_vm_writev", e))?;
+            return Ok(Posted::Done);
+        }
+        let t = std::time::Instant::now();
         cma::write(pid, src, addr).map_err(|e| cma_failure(peer, "process_vm_writev", e))?;
+        pusher.wrote(src.len(), t.elapsed());
         Ok(Posted::Done)
     }
 

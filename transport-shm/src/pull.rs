@@ -70,11 +70,11 @@ fn chunks(len: usize) -> u64 {
     len.div_ceil(CHUNK) as u64
 }
 
-fn word(b: &[u8], at: usize) -> u64 {
+pub(crate) fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn bad(from: Rank, what: String) -> TransportError {
+pub(crate) fn bad(from: Rank, what: String) -> TransportError {
     TransportError::Os {
         call: "shm ring",
         source: std::io::Error::new(
@@ -208,13 +208,52 @@ const MARGIN: f64 = 0.75;
 /// memory's place) is noticed, and so is a first judgement made on cold memory.
 pub const EXPLORE: u64 = 512;
 
-/// What pulls and `process_vm_readv` have cost per byte for reads of one size class,
-/// and how many such reads there were.
+/// What the two ways of moving a large transfer have cost per byte for transfers of
+/// one size class (through the ring, or one CMA call), and how many such transfers
+/// there were.
 #[derive(Clone, Copy, Default)]
 struct Choice {
-    pulled: Cost,
-    read: Cost,
-    reads: u64,
+    ring: Cost,
+    cma: Cost,
+    count: u64,
+}
+
+/// The measured choice between the ring and one CMA call for the large transfers
+/// between this rank and one peer in one direction: pulls against `process_vm_readv`
+/// (a [`Reader`]), pushes against `process_vm_writev` (`crate::push::Pusher`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Ways {
+    choices: [Choice; CLASSES],
+}
+
+impl Ways {
+    /// Whether the next transfer of `len` bytes should go through the ring: the first
+    /// transfers try each way in turn, then the way that has cost less per byte is
+    /// taken (the ring only below [`MARGIN`] of CMA), except for the 16th to 256th
+    /// transfer and one in [`EXPLORE`], which go the other way. Each size class (a
+    /// power of two) is judged on its own.
+    pub(crate) fn prefers_ring(&mut self, len: usize) -> bool {
+        let c = &mut self.choices[class(len)];
+        c.count += 1;
+        let (p, r) = (c.ring, c.cma);
+        if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
+            return p.samples <= r.samples;
+        }
+        // explore often at first, when samples may have met cold memory (a
+        // destination's first touch), then once in EXPLORE
+        let explore = c.count % EXPLORE == 0 || c.count.is_power_of_two();
+        (p.best() < MARGIN * r.best()) != explore
+    }
+
+    /// A transfer of `bytes` through the ring took `took`.
+    pub(crate) fn ring_took(&mut self, bytes: usize, took: Duration) {
+        self.choices[class(bytes)].ring.add(bytes, took);
+    }
+
+    /// A transfer of `bytes` with one CMA call took `took`.
+    pub(crate) fn cma_took(&mut self, bytes: usize, took: Duration) {
+        self.choices[class(bytes)].cma.add(bytes, took);
+    }
 }
 
 /// Size classes: one per power of two from [`PULL_FROM`], the last for everything
@@ -229,7 +268,7 @@ fn class(len: usize) -> usize {
 /// The pulls this rank asked of one peer.
 pub struct Reader {
     /// What each way of reading has cost, per size class.
-    choices: [Choice; CLASSES],
+    ways: Ways,
     /// Counts for [`PullStats`].
     stats: PullStats,
     /// How long the peer may take nothing before this reader reads the rest itself
@@ -255,7 +294,7 @@ pub struct Reader {
 impl Default for Reader {
     fn default() -> Self {
         Self {
-            choices: [Choice::default(); CLASSES],
+            ways: Ways::default(),
             stats: PullStats::default(),
             patience: PATIENCE,
             asked: 0,
@@ -281,29 +320,16 @@ impl Reader {
         !self.pulls.is_empty()
     }
 
-    /// Whether the next large read should be a pull: the first reads try each way
-    /// in turn, then the way that has cost less per byte is taken (a pull only below
-    /// [`MARGIN`] of a read), except for the 16th to 256th read and one in
-    /// [`EXPLORE`], which go the other way; never once traffic has flowed both ways
+    /// Whether the next large read should be a pull ([`Ways::prefers_ring`]: the
+    /// cheaper way per byte, a pull only below [`MARGIN`] of a read, exploring the
+    /// other way now and then), never once traffic has flowed both ways
     /// ([`Reader::both_ways`]). The choice is by measurement because it depends on
     /// where the two processes run: where their CPUs share a cache, two overlapping
     /// copies through the ring beat `process_vm_readv`'s one; where every line the
     /// ring moves crosses between caches, one copy wins (`docs/performance.md`,
-    /// "Pulls"). Each size class (a power of two) is judged on its own.
+    /// "Pulls").
     pub fn prefers_pull(&mut self, len: usize) -> bool {
-        if self.single {
-            return false;
-        }
-        let c = &mut self.choices[class(len)];
-        c.reads += 1;
-        let (p, r) = (c.pulled, c.read);
-        if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
-            return p.samples <= r.samples;
-        }
-        // explore often at first, when samples may have met cold memory (a
-        // destination's first touch), then once in EXPLORE
-        let explore = c.reads % EXPLORE == 0 || c.reads.is_power_of_two();
-        (p.best() < MARGIN * r.best()) != explore
+        !self.single && self.ways.prefers_ring(len)
     }
 
     /// Large data flows both ways at once between this rank and the peer if
@@ -319,14 +345,14 @@ impl Reader {
 
     /// A large read made with `process_vm_readv` took `took`.
     pub fn read_took(&mut self, bytes: usize, took: Duration) {
-        self.choices[class(bytes)].read.add(bytes, took);
+        self.ways.cma_took(bytes, took);
         self.stats.reads += 1;
         self.in_reads += took;
     }
 
     /// A pull of `bytes` took `took` from the start of its service to its end.
     fn pulled_took(&mut self, bytes: usize, took: Duration) {
-        self.choices[class(bytes)].pulled.add(bytes, took);
+        self.ways.ring_took(bytes, took);
     }
 
     /// This reader's counts (the server's fields are zero).
@@ -673,6 +699,9 @@ pub struct Pulls {
     pub reading: bool,
     /// Whether some server has asks to serve.
     pub serving: bool,
+    /// What this rank took in of peers' pushes (`crate::push`, whose records come
+    /// here with the pulls').
+    pub pushed_in: crate::push::PushStats,
 }
 
 impl Pulls {
@@ -683,15 +712,24 @@ impl Pulls {
             servers: (0..n).map(|_| Server::default()).collect(),
             reading: false,
             serving: false,
+            pushed_in: Default::default(),
         }
     }
 
-    /// An internal record from `from` (ring slot `slot`): an ask for this rank to
-    /// serve, or data for one of its pulls. Out of line and cold: the poll's common
+    /// An internal record from `from` (ring slot `slot`, whose push claim word is
+    /// `push`): an ask for this rank to serve, data for one of its pulls, or a chunk
+    /// of the peer's push. Out of line and cold: the poll's common
     /// case, a control message, stays as short as it was before pulls.
     #[cold]
     #[inline(never)]
-    pub fn take(&mut self, rec: Record<'_>, slot: usize, from: Rank, pid: i32) -> Taken {
+    pub fn take(
+        &mut self,
+        rec: Record<'_>,
+        push: &AtomicU64,
+        slot: usize,
+        from: Rank,
+        pid: i32,
+    ) -> Taken {
         let kind = match &rec {
             Record::Whole(m) => m.first().copied(),
             Record::Streamed(s) => Some(s.bytes(0, 1)[0]),
@@ -699,6 +737,13 @@ impl Pulls {
         let r = match (kind, rec) {
             (Some(ASK), Record::Whole(m)) => self.servers[slot].ask(from, m),
             (Some(DATA), rec) => self.readers[slot].data(from, pid, rec),
+            (Some(crate::push::PUSH), rec) => crate::push::take(rec, push, from, pid).map(|ours| {
+                if ours {
+                    self.pushed_in.chunks_taken += 1;
+                } else {
+                    self.pushed_in.chunks_skipped += 1;
+                }
+            }),
             (k, _) => Err(bad(from, format!("internal record of kind {k:?}"))),
         };
         self.serving |= self.servers[slot].busy();

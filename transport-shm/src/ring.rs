@@ -48,7 +48,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -106,9 +106,11 @@ fn encode(pos: u64, len: usize, flags: u64) -> u64 {
 
 /// The control block of a ring: one consumer-written word, which the producer reads
 /// only when the ring looks full, one producer-written word, which the consumer
-/// reads only while a streamed record is arriving, and the claim word of the
+/// reads only while a streamed record is arriving, the claim word of the
 /// rendezvous reads that the ring's producer asks its consumer to serve
-/// (`crate::pull`), which both change, only while such a read is under way.
+/// (`crate::pull`), and the claim word of the direct writes that the ring's producer
+/// pushes through it (`crate::push`); both sides change a claim word, only while such
+/// a transfer is under way.
 #[repr(C)]
 pub struct RingCtrl {
     /// Stream position up to which the consumer has released space (monotonic bytes).
@@ -119,6 +121,9 @@ pub struct RingCtrl {
     /// The first chunk of the producer's pulls not yet claimed by either side
     /// (monotonic; advanced only by compare-and-swap).
     pub claim: CachePadded<AtomicU64>,
+    /// The first chunk of the producer's pushes not yet claimed by either side
+    /// (monotonic; advanced only by compare-and-swap).
+    pub push: CachePadded<AtomicU64>,
 }
 
 /// The first bytes of every segment, written by its owner before the first fence.
@@ -403,6 +408,17 @@ impl Producer {
         &self.mem.ctrl().claim
     }
 
+    /// The ring's push claim word (`crate::push`).
+    pub fn push_claim(&self) -> &AtomicU64 {
+        &self.mem.ctrl().push
+    }
+
+    /// Whether this producer has written all of the ring once (every page of it has
+    /// been touched by both sides when the consumer has caught up).
+    pub fn lapped(&self) -> bool {
+        self.tail >= RING_BYTES as u64
+    }
+
     #[inline(always)]
     fn try_push_flagged(&mut self, header: &[u8], payload: &[u8], flags: u64) -> bool {
         let len = header.len() + payload.len();
@@ -645,14 +661,15 @@ impl Consumer {
     }
 
     /// Like [`Consumer::pop`], but a streamed record is handed over as soon as its
-    /// first fragment is there, and with it whether it is a record of the transport's
-    /// own ([`Producer::try_push_internal`]). `f` must wait until all of it has arrived
+    /// first fragment is there, and with it, for a record of the transport's own
+    /// ([`Producer::try_push_internal`]), the ring's push claim word (`crate::push`;
+    /// `None` for a control message). `f` must wait until all of it has arrived
     /// before it returns; if it returns earlier (it gave up: the sender died), the
     /// record is not released and comes again at the next call.
     #[inline(always)]
     pub fn pop_record<R>(
         &mut self,
-        f: impl FnOnce(Record<'_>, bool) -> R,
+        f: impl FnOnce(Record<'_>, Option<&AtomicU64>) -> R,
     ) -> Result<Option<R>, Corrupt> {
         loop {
             let off = self.head as usize & (RING_BYTES - 1);
@@ -689,7 +706,8 @@ impl Consumer {
                     at: self.head + HDR as u64,
                     len,
                 };
-                let r = f(Record::Streamed(&s), h & INTERNAL != 0);
+                let own = (h & INTERNAL != 0).then(|| &*self.mem.ctrl().push);
+                let r = f(Record::Streamed(&s), own);
                 // the producer is still writing until the last fragment: never release
                 // (or clear) space it writes into; `f` gave up (its sender died)
                 if !s.complete() {
@@ -699,7 +717,7 @@ impl Consumer {
             } else {
                 f(
                     Record::Whole(self.mem.bytes(off + HDR, len)),
-                    h & INTERNAL != 0,
+                    (h & INTERNAL != 0).then(|| &*self.mem.ctrl().push),
                 )
             };
             // The first word of every line must be cleared before the space is
@@ -760,7 +778,7 @@ mod tests {
     fn constants() {
         assert_eq!(MAX_RECORD, 1026 * 64);
         assert_eq!(CTRL_SLOTS, 28);
-        assert_eq!(CTRL_BYTES, 384);
+        assert_eq!(CTRL_BYTES, 512);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use common::{poll_until, stream_exchange};
 use transport::{Exchange, Incoming, Posted, Rank, RemoteBuf, Transport, TransportError};
 use transport_shm::testing::{child_env, mark_ran, run_ranks, spawn_ranks, FileExchange, RankEnv};
 use transport_shm::{
-    segment_path, PullStats, ReadMode, ShmTransport, CHUNK, CTRL_SLOTS, MAX_CTRL, PULL_FROM,
-    STREAM_FROM,
+    segment_path, PullStats, PushStats, ReadMode, ShmTransport, WriteMode, CHUNK, CTRL_SLOTS,
+    MAX_CTRL, PULL_FROM, PUSH_BUDGET, PUSH_CHUNK, PUSH_FROM, STREAM_FROM,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -299,6 +299,7 @@ fn cma_put_get_1mib_and_bounds() {
         assert!(t.caps().put && t.caps().get, "CMA unavailable: {t:?}");
         // every read here is one `process_vm_readv` (pulls are tested below)
         t.set_read_mode(ReadMode::Cma);
+        t.set_write_mode(WriteMode::Cma);
         let old = |i: usize| (i * 7 + 1) as u8;
         let new = |i: usize| (i * 13 + 5) as u8;
         if env.rank == 1 {
@@ -579,6 +580,160 @@ fn pulls_a_busy_peer_leaves_are_read_back() {
     );
 }
 
+/// Rank 1's side of the push tests: exposes a zeroed buffer of `len` bytes, polls
+/// (from the start if `poll`, else only after the second fence) until rank 0 says
+/// "done", and checks at each of rank 0's notices `[off, len]`, sent after a push,
+/// that the push's bytes are there (then zeroes them for the next). Returns its
+/// transport's figures and the number of notices.
+fn push_target(env: &RankEnv, len: usize, poll: bool) -> (PushStats, u64) {
+    let mut ex = env.exchange();
+    let mut t = ShmTransport::new(&mut ex).unwrap();
+    let mut buf = vec![0u8; len];
+    publish_u64(&mut ex, "buf.addr", buf.as_mut_ptr() as u64);
+    publish_u64(&mut ex, "buf.len", len as u64);
+    ex.fence().unwrap();
+    if !poll {
+        ex.fence().unwrap(); // rank 0 has written everything itself
+    }
+    let (mut done, mut notices) = (false, 0);
+    let end = Instant::now() + Duration::from_secs(60);
+    while !done {
+        t.poll(64, &mut |s, m| {
+            assert_eq!(s, 0);
+            if m == b"done" {
+                done = true;
+                return;
+            }
+            let off = u64::from_le_bytes(m[..8].try_into().unwrap()) as usize;
+            let n = u64::from_le_bytes(m[8..16].try_into().unwrap()) as usize;
+            // the transport wrote the bytes inside `poll`, before handing over this
+            // later message
+            let got = &mut buf[off..off + n];
+            let bad = got
+                .iter()
+                .enumerate()
+                .position(|(i, &b)| b != pattern(off + i));
+            assert!(
+                bad.is_none(),
+                "push of {n} B at {off}: bytes missing when its notice came, from {bad:?}"
+            );
+            got.fill(0);
+            notices += 1;
+        })
+        .unwrap();
+        assert!(Instant::now() < end, "rank 0 never finished");
+    }
+    assert!(buf.iter().all(|&b| b == 0), "bytes outside the pushes");
+    (t.push_stats(), notices)
+}
+
+/// Large direct writes pushed through the ring and copied out by the receiver as it
+/// polls, at odd sizes and offsets: each push's bytes are there when the control
+/// message sent after it arrives, and the receiver copied every chunk.
+#[test]
+fn pushes_are_taken_by_the_receiver() {
+    const LEN: usize = 3 << 20;
+    let cases = [
+        (PUSH_FROM, 0),
+        (PUSH_FROM + 1, 7),
+        (5 * PUSH_CHUNK - 3, 4099),
+        (PUSH_BUDGET as usize + 12_345, 100_001),
+        (LEN - 70_001, 70_001),
+        (LEN, 0),
+    ];
+    let chunks: u64 = cases
+        .iter()
+        .map(|&(n, _)| n.div_ceil(PUSH_CHUNK) as u64)
+        .sum();
+    run_ranks("pushes_are_taken_by_the_receiver", 2, TIMEOUT, |env| {
+        if env.rank == 1 {
+            let (s, notices) = push_target(&env, LEN, true);
+            assert_eq!(notices, cases.len() as u64);
+            assert_eq!(
+                s,
+                PushStats {
+                    chunks_taken: chunks,
+                    ..PushStats::default()
+                }
+            );
+            return;
+        }
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        t.set_write_mode(WriteMode::Push);
+        t.set_push_patience(Duration::from_secs(3600)); // the receiver copies every chunk
+        ex.fence().unwrap();
+        let d = remote_buf(&mut ex, 1);
+        for (k, &(len, off)) in cases.iter().enumerate() {
+            let src: Vec<u8> = (off..off + len).map(pattern).collect();
+            assert_eq!(
+                t.put(1, &src, d, off as u64, k as u64).unwrap(),
+                Posted::Done
+            );
+            let mut notice = (off as u64).to_le_bytes().to_vec();
+            notice.extend_from_slice(&(len as u64).to_le_bytes());
+            t.try_send(1, &notice, &[]).unwrap();
+        }
+        // out of bounds: refused before anything moves
+        assert!(matches!(
+            t.put(1, &vec![1u8; PUSH_FROM], d, (LEN - PUSH_FROM + 1) as u64, 9),
+            Err(TransportError::OutOfBounds { .. })
+        ));
+        t.try_send(1, b"done", &[]).unwrap();
+        assert_eq!(
+            t.push_stats(),
+            PushStats {
+                pushes: cases.len() as u64,
+                chunks_pushed: chunks,
+                ..PushStats::default()
+            }
+        );
+    });
+}
+
+/// A receiver that does not poll does not stall a push: the sender writes the rest
+/// itself after `PUSH_PATIENCE`, and the late receiver skips the chunks left in its
+/// ring instead of copying them.
+#[test]
+fn pushes_to_a_busy_receiver_are_written_back() {
+    const LEN: usize = 3 << 20;
+    run_ranks(
+        "pushes_to_a_busy_receiver_are_written_back",
+        2,
+        TIMEOUT,
+        |env| {
+            if env.rank == 1 {
+                let (s, notices) = push_target(&env, LEN, false);
+                assert_eq!(notices, 1);
+                assert_eq!(s.chunks_taken, 0, "{s:?}");
+                assert_eq!(s.chunks_skipped, PUSH_BUDGET / PUSH_CHUNK as u64, "{s:?}");
+                return;
+            }
+            let mut ex = env.exchange();
+            let mut t = ShmTransport::new(&mut ex).unwrap();
+            t.set_write_mode(WriteMode::Push);
+            ex.fence().unwrap();
+            let d = remote_buf(&mut ex, 1);
+            let src: Vec<u8> = (99..LEN).map(pattern).collect();
+            let t0 = Instant::now();
+            assert_eq!(t.put(1, &src, d, 99, 7).unwrap(), Posted::Done);
+            let took = t0.elapsed();
+            let s = t.push_stats();
+            assert_eq!(
+                (s.pushes, s.taken_back, s.chunks_pushed),
+                (1, 1, PUSH_BUDGET / PUSH_CHUNK as u64),
+                "{s:?}"
+            );
+            assert!(took < Duration::from_secs(5), "took {took:?}");
+            ex.fence().unwrap(); // the receiver polls now
+            let mut notice = 99u64.to_le_bytes().to_vec();
+            notice.extend_from_slice(&((LEN - 99) as u64).to_le_bytes());
+            t.try_send(1, &notice, &[]).unwrap();
+            t.try_send(1, b"done", &[]).unwrap();
+        },
+    );
+}
+
 #[test]
 fn segments_are_0600_and_unlinked_after_init() {
     run_ranks(
@@ -709,6 +864,11 @@ fn crash_body(env: &RankEnv) {
     assert_eq!(t.get(1, &mut big, far, 0, 5).unwrap(), Posted::Pending);
     let r = wait_reads(&mut t, &[5], &mut |s, _| panic!("message from {s}"));
     assert!(matches!(r[0], Err(TransportError::PeerGone(1, _))), "{r:?}");
+    // A large write to it, as a push: never taken, and reported gone when the writer
+    // writes it itself.
+    t.set_write_mode(WriteMode::Push);
+    let r = t.put(1, &big, far, 0, 6);
+    assert!(matches!(r, Err(TransportError::PeerGone(1, _))), "{r:?}");
     mark_ran(env);
 }
 
