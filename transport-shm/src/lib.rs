@@ -185,7 +185,8 @@ pub use loopback::Loopback;
 use pull::Taken;
 pub use pull::{PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, PATIENCE, PULL_FROM, SERVE_BUDGET};
 pub use push::{
-    PushStats, WriteMode, ENV_WRITE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FROM, PUSH_PATIENCE,
+    PushStats, WriteMode, ENV_WRITE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FIRST_PATIENCE, PUSH_FROM,
+    PUSH_MARGIN, PUSH_PATIENCE, PUSH_START,
 };
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
@@ -657,11 +658,12 @@ impl ShmTransport {
     }
 
     /// How long the receiver of a push may take nothing before this rank writes the
-    /// rest itself (default [`PATIENCE`]); for tests that must know who copied what.
+    /// rest itself (default [`PATIENCE`], [`push::PUSH_FIRST_PATIENCE`] for a push's first chunk); for tests that must know who copied what.
     #[cfg(feature = "testing")]
     pub fn set_push_patience(&mut self, d: std::time::Duration) {
         for p in &mut self.pushers {
             p.patience = d;
+            p.first_patience = d;
         }
     }
 

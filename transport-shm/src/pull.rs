@@ -202,7 +202,7 @@ const WINDOW: usize = 4;
 /// `process_vm_readv`: where the two are close (reads bound by memory bandwidth,
 /// as in a window of large messages into cold buffers), the single copy leaves the
 /// peer's CPU free and its cache undisturbed.
-const MARGIN: f64 = 0.75;
+pub(crate) const MARGIN: f64 = 0.75;
 /// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th, 256th) still
 /// goes the other way, so that a change in the machine (the two CPUs' distance, the
 /// memory's place) is noticed, and so is a first judgement made on cold memory.
@@ -229,10 +229,10 @@ pub(crate) struct Ways {
 impl Ways {
     /// Whether the next transfer of `len` bytes should go through the ring: the first
     /// transfers try each way in turn, then the way that has cost less per byte is
-    /// taken (the ring only below [`MARGIN`] of CMA), except for the 16th to 256th
+    /// taken (the ring only below `margin` of CMA), except for the 16th to 256th
     /// transfer and one in [`EXPLORE`], which go the other way. Each size class (a
     /// power of two) is judged on its own.
-    pub(crate) fn prefers_ring(&mut self, len: usize) -> bool {
+    pub(crate) fn prefers_ring(&mut self, len: usize, margin: f64) -> bool {
         let c = &mut self.choices[class(len)];
         c.count += 1;
         let (p, r) = (c.ring, c.cma);
@@ -242,7 +242,7 @@ impl Ways {
         // explore often at first, when samples may have met cold memory (a
         // destination's first touch), then once in EXPLORE
         let explore = c.count % EXPLORE == 0 || c.count.is_power_of_two();
-        (p.best() < MARGIN * r.best()) != explore
+        (p.best() < margin * r.best()) != explore
     }
 
     /// A transfer of `bytes` through the ring took `took`.
@@ -329,7 +329,7 @@ impl Reader {
     /// ring moves crosses between caches, one copy wins (`docs/performance.md`,
     /// "Pulls").
     pub fn prefers_pull(&mut self, len: usize) -> bool {
-        !self.single && self.ways.prefers_ring(len)
+        !self.single && self.ways.prefers_ring(len, MARGIN)
     }
 
     /// Large data flows both ways at once between this rank and the peer if
@@ -591,6 +591,8 @@ pub struct Server {
     owed: Option<u64>,
     /// Chunks written.
     served: u64,
+    /// Whether the ring's pages have been mapped here (`Producer::populate`).
+    populated: bool,
 }
 
 impl Server {
@@ -632,6 +634,12 @@ impl Server {
     /// flight), claiming each from `claim` first. Returns how many it wrote.
     pub fn serve(&mut self, ring: &mut Producer, claim: &AtomicU64) -> usize {
         let mut n = 0;
+        if !self.populated && !self.asks.is_empty() {
+            // the first pull served to this peer: map the ring's pages now rather
+            // than by a fault on each page of the first lap
+            ring.populate();
+            self.populated = true;
+        }
         loop {
             if let Some(c) = self.owed {
                 if !self.write(ring, c) {

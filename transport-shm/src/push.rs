@@ -14,7 +14,8 @@
 //! of one sender's pushes to one receiver are numbered in one sequence, and the ring
 //! between them holds a *push claim word*, the first chunk that neither side has
 //! taken. The receiver takes a chunk by compare-and-swap when it meets its record.
-//! The sender keeps at most [`PUSH_BUDGET`] bytes of chunks ahead of the claim, and
+//! The sender keeps at most [`PUSH_BUDGET`] bytes of chunks ahead of the claim
+//! ([`PUSH_START`] until the receiver has claimed the push's first chunk), and
 //! when the receiver has taken nothing for [`PUSH_PATIENCE`] (it is computing, not
 //! polling) the sender claims the rest of the push, records already in the ring
 //! included, and writes it with one `process_vm_writev`; the receiver skips those
@@ -51,6 +52,11 @@ use crate::ring::{Producer, Record, MAX_CTRL};
 pub const PUSH_FROM: usize = PULL_FROM;
 /// Bytes of chunks a sender keeps in its ring ahead of the receiver's copies.
 pub const PUSH_BUDGET: u64 = SERVE_BUDGET;
+/// Bytes of chunks a sender puts in the ring before the receiver has claimed any of
+/// this push: a receiver waiting in the library claims the first within a
+/// microsecond, and then [`PUSH_BUDGET`] applies; a receiver computing would only
+/// have the sender copy bytes it must write again after [`PUSH_PATIENCE`].
+pub const PUSH_START: u64 = PUSH_CHUNK as u64;
 /// Bytes of one chunk of a push: one ring record each (the last may be shorter).
 /// Smaller than a pull's, because the receiver's claims are the sender's only sign
 /// that it is copying: at this size a receiver copying into cold memory still claims
@@ -59,6 +65,20 @@ pub const PUSH_CHUNK: usize = 16 * 1024;
 /// How long a sender waits for the receiver to claim another chunk before it writes
 /// the rest itself.
 pub const PUSH_PATIENCE: Duration = PATIENCE;
+/// How long a sender waits for the receiver to claim the first chunk of a push
+/// (counted from when that chunk is in the ring) before it writes the push itself. A
+/// receiver waiting in the library meets the record within a microsecond; a
+/// receiver computing should cost its sender as little as possible, since the
+/// write that follows is then the whole cost of a plain direct write plus this.
+pub const PUSH_FIRST_PATIENCE: Duration = Duration::from_nanos(1500);
+/// Pushes are chosen when they cost less than this share of a `process_vm_writev`:
+/// closer to 1 than a pull's margin (`crate::pull::MARGIN`), because a push's cost is
+/// measured to the last chunk's claim, before the receiver has copied it, and its
+/// copies put the message in the receiver's cache, where the receiver will read it
+/// (a pull's land in the reader's own, either way). At 256 KiB in the near state a
+/// push's measure is 0.7–0.8 of a write's: with the pulls' 0.75, the choice
+/// flipped from one run to the next.
+pub const PUSH_MARGIN: f64 = 0.9;
 /// The kind byte of a push record (after the pull's ask and data kinds).
 pub const PUSH: u8 = 3;
 /// Bytes in front of a chunk's data in a push record.
@@ -127,8 +147,12 @@ pub struct Pusher {
     /// How long the receiver may take nothing before this rank writes the rest
     /// itself ([`PUSH_PATIENCE`]; tests change it).
     pub patience: Duration,
+    /// The same for a push's first chunk ([`PUSH_FIRST_PATIENCE`]).
+    pub first_patience: Duration,
     /// The next push's first chunk.
     next: u64,
+    /// Whether the ring's pages have been mapped here ([`Producer::populate`]).
+    populated: bool,
 }
 
 impl Default for Pusher {
@@ -137,7 +161,9 @@ impl Default for Pusher {
             ways: Ways::default(),
             stats: PushStats::default(),
             patience: PUSH_PATIENCE,
+            first_patience: PUSH_FIRST_PATIENCE,
             next: 0,
+            populated: false,
         }
     }
 }
@@ -145,7 +171,7 @@ impl Default for Pusher {
 impl Pusher {
     /// Whether the next large write should be a push ([`Ways::prefers_ring`]).
     pub fn prefers_push(&mut self, len: usize) -> bool {
-        self.ways.prefers_ring(len)
+        self.ways.prefers_ring(len, PUSH_MARGIN)
     }
 
     /// A large write made with `process_vm_writev` took `took`.
@@ -171,13 +197,22 @@ impl Pusher {
         addr: u64,
         pid: i32,
     ) -> std::io::Result<()> {
+        if !self.populated {
+            // the first push to this peer: map the ring's pages now, not by a fault
+            // on each page of the pushes' first lap (a 128 KiB push then took 4x as
+            // long as a warm one)
+            ring.populate();
+            self.populated = true;
+        }
         let t = Instant::now();
-        let warm = ring.lapped();
         let first = self.next;
         let end = first + src.len().div_ceil(PUSH_CHUNK) as u64;
         self.next = end;
         self.stats.pushes += 1;
-        let budget = PUSH_BUDGET / PUSH_CHUNK as u64;
+        let (budget, start) = (
+            PUSH_BUDGET / PUSH_CHUNK as u64,
+            PUSH_START / PUSH_CHUNK as u64,
+        );
         let mut written = first;
         let mut seen = ring.push_claim().load(Ordering::Acquire);
         let mut since = t;
@@ -186,7 +221,8 @@ impl Pusher {
             if cur >= end {
                 break;
             }
-            if written < end && written - cur < budget {
+            let ahead = if cur > first { budget } else { start };
+            if written < end && written - cur < ahead {
                 let off = (written - first) as usize * PUSH_CHUNK;
                 let n = PUSH_CHUNK.min(src.len() - off);
                 let mut hdr = [0u8; PUSH_HDR];
@@ -194,6 +230,11 @@ impl Pusher {
                 hdr[8..16].copy_from_slice(&written.to_le_bytes());
                 hdr[16..24].copy_from_slice(&(addr + off as u64).to_le_bytes());
                 if ring.try_push_internal(&hdr, &src[off..off + n]) {
+                    if written == first {
+                        // the receiver's patience starts when there is something
+                        // to claim
+                        since = Instant::now();
+                    }
                     written += 1;
                     self.stats.chunks_pushed += 1;
                     continue;
@@ -206,7 +247,12 @@ impl Pusher {
                 continue;
             }
             let waited = now.duration_since(since);
-            if waited < self.patience {
+            let patience = if cur > first {
+                self.patience
+            } else {
+                self.first_patience
+            };
+            if waited < patience {
                 std::hint::spin_loop();
                 continue;
             }
@@ -222,15 +268,13 @@ impl Pusher {
                 crate::cma::write(pid, &src[off..], addr + off as u64)?;
                 self.stats.taken_back += 1;
                 // its time includes the wait for the receiver: what pushing cost
-                if warm {
-                    self.ways.ring_took(src.len(), t.elapsed());
-                }
+                self.ways.ring_took(src.len(), t.elapsed());
                 return Ok(());
             }
         }
-        if warm {
-            self.ways.ring_took(src.len(), t.elapsed());
-        }
+        // judged from the first push: the ring's pages were mapped above, so a first
+        // lap costs what later ones do
+        self.ways.ring_took(src.len(), t.elapsed());
         Ok(())
     }
 }
