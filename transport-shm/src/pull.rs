@@ -637,7 +637,7 @@ impl Server {
         if !self.populated && !self.asks.is_empty() {
             // the first pull served to this peer: map the ring's pages now rather
             // than by a fault on each page of the first lap
-            ring.populate();
+            ring.populate(crate::ring::RING_BYTES);
             self.populated = true;
         }
         loop {

@@ -201,7 +201,7 @@ impl Pusher {
             // the first push to this peer: map the ring's pages now, not by a fault
             // on each page of the pushes' first lap (a 128 KiB push then took 4x as
             // long as a warm one)
-            ring.populate();
+            ring.populate(crate::ring::RING_BYTES);
             self.populated = true;
         }
         let t = Instant::now();
