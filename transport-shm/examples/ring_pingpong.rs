@@ -1,8 +1,9 @@
-//! One-way latency of 8-byte messages over the shared-memory rings, measured by
-//! ping-pong between two processes (this binary re-executed as rank 0 and rank 1).
+//! One-way latency of messages (8 bytes, or `--size=N`) over the shared-memory rings,
+//! measured by ping-pong between two processes (this binary re-executed as rank 0 and
+//! rank 1).
 //!
 //! ```text
-//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw]
+//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw] [--size=N]
 //! ```
 //!
 //! `--raw` additionally measures the floor under the same conditions: two threads
@@ -25,6 +26,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let pin = !args.iter().any(|a| a == "--no-pin");
     let nums: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let size = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--size="))
+        .map_or(8, |n| n.parse::<usize>().expect("--size=N: bytes"));
     let iters = nums.first().copied().unwrap_or(20_000);
     let runs = nums.get(1).copied().unwrap_or(15) as usize;
     let allowed = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
@@ -39,7 +44,7 @@ fn main() {
             pin_to(&allowed, rank as usize);
         }
         let mut t = ShmTransport::new(&mut FileExchange::new(dir, rank, 2, job)).unwrap();
-        return ping_pong(&mut t, iters, runs);
+        return ping_pong(&mut t, iters, runs, size);
     }
 
     if args.iter().any(|a| a == "--raw") {
@@ -65,15 +70,15 @@ fn main() {
     std::process::exit(if ok { 0 } else { 1 });
 }
 
-fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize) {
+fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
     let me = t.rank();
     let peer = 1 - me;
-    let msg = [0u8; 8];
+    let msg = vec![0u8; size];
     let wait_one = |t: &mut ShmTransport| {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut spins = 0u32;
         loop {
-            if t.poll(1, &mut |_, m| assert_eq!(m.len(), 8)).unwrap() == 1 {
+            if t.poll(1, &mut |_, m| assert_eq!(m.len(), size)).unwrap() == 1 {
                 return;
             }
             spins = spins.wrapping_add(1);
@@ -107,7 +112,7 @@ fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize) {
         one_way.sort_by(f64::total_cmp);
         let med = one_way[one_way.len() / 2];
         println!(
-            "shm ping-pong, 8 B: one-way latency median {med:.1} ns over {runs} runs of {iters} round trips \
+            "shm ping-pong, {size} B: one-way latency median {med:.1} ns over {runs} runs of {iters} round trips \
              (min {:.1} ns, max {:.1} ns)",
             one_way[0],
             one_way[one_way.len() - 1]

@@ -149,8 +149,9 @@
 //! place when its `poll` meets it. `put` still returns [`Posted::Done`], once every
 //! chunk is claimed: taken by the receiver (so its copy comes before any later
 //! control message), or, when the receiver has taken nothing for
-//! [`PUSH_PATIENCE`], written by the sender with one `process_vm_writev` (the
-//! receiver skips those records). Chosen by measurement per peer like pulls
+//! [`PUSH_PATIENCE`] ([`PUSH_FIRST_PATIENCE`] for a push's first chunk, before
+//! which only [`PUSH_START`] bytes go into the ring), written by the sender with one
+//! `process_vm_writev` (the receiver skips those records). Chosen by measurement per peer like pulls
 //! ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the protocol is in the `push` module's
 //! source.
 //!
