@@ -223,9 +223,10 @@ pub fn encode(f: &Frame) -> Header {
         body: Body::Eager,
     } = f.msg
     {
+        let fl = flags.sync as u8 | (flags.ready as u8) << 1;
         if (f.credit | ctx | tag as u32) < 0x80 && len < 0x80 {
-            // the small eager send request, all varints of one byte (see `decode`)
-            let fl = flags.sync as u8 | (flags.ready as u8) << 1;
+            // the small eager send request: credit, context, tag and length varints
+            // of one byte each (see `decode_small_eager`)
             h.buf[..7].copy_from_slice(&[
                 VERSION,
                 kind::SEND_EAGER,
@@ -236,6 +237,21 @@ pub fn encode(f: &Frame) -> Header {
                 fl,
             ]);
             h.len = 7;
+            return h;
+        }
+        if (f.credit | ctx | tag as u32) < 0x80 && len < SMALL_EAGER_LEN {
+            // the same with a length of two bytes
+            h.buf[..8].copy_from_slice(&[
+                VERSION,
+                kind::SEND_EAGER,
+                f.credit as u8,
+                ctx as u8,
+                tag as u8,
+                len as u8 | 0x80,
+                (len >> 7) as u8,
+                fl,
+            ]);
+            h.len = 8;
             return h;
         }
     }
@@ -391,37 +407,66 @@ impl Reader<'_> {
     }
 }
 
+/// Lengths below this are the small eager send request's (a varint of one or two
+/// bytes).
+const SMALL_EAGER_LEN: u64 = 1 << 14;
+
 /// The header of the latency-critical message — an eager send request whose credit,
-/// context, tag and length (< 128 bytes) are one varint byte each — decoded with one
-/// bounds check; `None` sends anything else (and any malformed input) to the general
-/// decoder, which gives the same result for these bytes.
+/// context and tag are one varint byte each and whose length is one or two (below
+/// 16 KiB: every whole message a shared-memory ring carries) — decoded in straight
+/// code; `None` sends anything else (and any malformed input) to the general
+/// decoder, which gives the same result for these bytes. With lengths of one byte
+/// only, a message of 128 B or more took the general encoder and decoder: ~300
+/// instructions more per round of a ping-pong (`docs/performance.md`, eighteenth
+/// round).
 #[inline]
 fn decode_small_eager(bytes: &[u8]) -> Option<(Frame, usize)> {
-    const HL: usize = 7;
-    let h: &[u8; HL] = bytes.get(..HL)?.try_into().ok()?;
-    let [VERSION, kind::SEND_EAGER, credit, ctx, tag, len, fl] = *h else {
+    let h: &[u8; 7] = bytes.get(..7)?.try_into().ok()?;
+    let [VERSION, kind::SEND_EAGER, credit, ctx, tag, l0, x] = *h else {
         return None;
     };
-    if (credit | ctx | tag | len) >= 0x80 || fl & !3 != 0 || bytes.len() - HL != len as usize {
+    if (credit | ctx | tag | l0) < 0x80 {
+        // a length of one byte; `x` is the flags
+        if x & !3 != 0 || bytes.len() - 7 != l0 as usize {
+            return None;
+        }
+        return Some(small_eager(credit, ctx, tag, l0.into(), x, 7));
+    }
+    // a length of two bytes: `x` is its high part (not zero: the shortest form), and
+    // the flags follow it
+    let fl = *bytes.get(7)?;
+    let len = (x as u64) << 7 | (l0 & 0x7f) as u64;
+    if (credit | ctx | tag) >= 0x80
+        || x == 0
+        || x >= 0x80
+        || fl & !3 != 0
+        || (bytes.len() - 8) as u64 != len
+    {
         return None;
     }
+    Some(small_eager(credit, ctx, tag, len, fl, 8))
+}
+
+/// The small eager send request's frame and header length.
+#[inline(always)]
+fn small_eager(credit: u8, ctx: u8, tag: u8, len: u64, fl: u8, hl: usize) -> (Frame, usize) {
     let msg = Ctrl::SendReq {
         ctx: ctx.into(),
         tag: tag.into(),
-        len: len.into(),
+        len,
         flags: SendFlags {
             sync: fl & 1 != 0,
             ready: fl & 2 != 0,
         },
         body: Body::Eager,
     };
-    Some((
+    (
         Frame {
             credit: credit.into(),
             msg,
         },
-        HL,
-    ))
+        hl,
+    )
 }
 
 /// Decodes a header; returns it and the header's length. The rest of `bytes` is the
@@ -571,7 +616,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let mut fast = 0;
+        let (mut fast, mut fast_two) = (0, 0);
         for _ in 0..200_000 {
             let r = next();
             let pick = |i: u32, lo: u8| -> u8 {
@@ -583,7 +628,21 @@ mod tests {
                     _ => lo + ((r >> (i * 5 + 3)) & 3) as u8,
                 }
             };
-            let len = pick(5, 0);
+            // a length of one byte, or of two (128 B to 16 KiB, sometimes with a
+            // high byte that is zero, too large, or missing)
+            let two = next();
+            let (len, len_bytes) = if two % 3 == 0 {
+                let v = 128 + (two >> 8) % 600;
+                let hi = match (two >> 20) % 16 {
+                    0 => 0,
+                    1 => 0x80 | (v >> 7) as u8,
+                    _ => (v >> 7) as u8,
+                };
+                (v, vec![(v as u8 & 0x7f) | 0x80, hi])
+            } else {
+                let l = pick(5, 0);
+                (u64::from(l), vec![l])
+            };
             let mut b = vec![
                 if r & 0xff == 0 { 2 } else { VERSION },
                 if r & 0xff00 == 0 {
@@ -594,20 +653,63 @@ mod tests {
                 pick(0, 0),
                 pick(1, 0),
                 pick(2, 0),
-                len,
-                pick(3, 0) & if r & 0x10000 == 0 { 3 } else { 0xff },
             ];
+            b.extend_from_slice(&len_bytes);
+            b.push(pick(3, 0) & if r & 0x10000 == 0 { 3 } else { 0xff });
             let extra = (next() % 3) as i64 - 1; // payload one short, exact, one long
             let payload = (len as i64 + extra).max(0) as usize;
             b.resize(b.len() + payload, 0xaa);
-            b.truncate((next() % 512) as usize + 6);
+            b.truncate((next() % 1024) as usize + 6);
             if let Some(f) = decode_small_eager(&b) {
                 fast += 1;
+                fast_two += usize::from(f.1 == 8);
                 assert_eq!(decode_any(&b, b.len()), Ok(f), "{b:?}");
             }
             assert_eq!(decode(&b), decode_any(&b, b.len()), "{b:?}");
         }
         assert!(fast > 10_000, "the fast path ran {fast} times");
+        assert!(
+            fast_two > 2_000,
+            "the fast path ran {fast_two} times on two-byte lengths"
+        );
+    }
+
+    /// The small eager send request's fast encoder writes the bytes the general one
+    /// does (the format did not change), and they decode to the frame, by either
+    /// decoder, at every length of one and two bytes and the first of three.
+    #[test]
+    fn small_eager_encoding_is_the_general_one() {
+        for len in (0..SMALL_EAGER_LEN + 3).chain([1 << 20]) {
+            for (credit, ctx, tag, sync) in
+                [(0, 0, 0, false), (127, 127, 127, true), (5, 1, 42, false)]
+            {
+                let f = Frame {
+                    credit,
+                    msg: Ctrl::SendReq {
+                        ctx,
+                        tag,
+                        len,
+                        flags: SendFlags { sync, ready: !sync },
+                        body: Body::Eager,
+                    },
+                };
+                let empty = Header {
+                    buf: [0; MAX_HEADER],
+                    len: 0,
+                };
+                let h = encode(&f);
+                assert_eq!(h.as_bytes(), encode_long(&f, empty).as_bytes(), "len {len}");
+                let mut b = h.as_bytes().to_vec();
+                b.resize(b.len() + len as usize, 0x5a);
+                assert_eq!(decode(&b), Ok((f, h.as_bytes().len())), "len {len}");
+                assert_eq!(decode_any(&b, b.len()), decode(&b));
+                assert_eq!(
+                    decode_small_eager(&b).is_some(),
+                    len < SMALL_EAGER_LEN,
+                    "len {len}"
+                );
+            }
+        }
     }
 
     #[test]
