@@ -151,9 +151,9 @@
 //! control message), or, when the receiver has taken nothing for
 //! [`PUSH_PATIENCE`] ([`PUSH_FIRST_PATIENCE`] for a push's first chunk, before
 //! which only [`PUSH_START`] bytes go into the ring), written by the sender with one
-//! `process_vm_writev` (the receiver skips those records). Chosen by measurement per peer like pulls
-//! ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the protocol is in the `push` module's
-//! source.
+//! `process_vm_writev` (the receiver skips those records). Chosen by measurement
+//! per peer like pulls ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the protocol is in
+//! the `push` module's source.
 //!
 //! # Failure
 //!
@@ -659,7 +659,8 @@ impl ShmTransport {
     }
 
     /// How long the receiver of a push may take nothing before this rank writes the
-    /// rest itself (default [`PATIENCE`], [`push::PUSH_FIRST_PATIENCE`] for a push's first chunk); for tests that must know who copied what.
+    /// rest itself (default [`PATIENCE`], and [`PUSH_FIRST_PATIENCE`] for a
+    /// push's first chunk); for tests that must know who copied what.
     #[cfg(feature = "testing")]
     pub fn set_push_patience(&mut self, d: std::time::Duration) {
         for p in &mut self.pushers {
