@@ -164,7 +164,7 @@ fn title(b: &str) -> &'static str {
             "Pre-posted Ping-Pong (MPI-EMX Fig. 9) next to the plain one (Fig. 8), one-way time"
         }
         "queue-depth" => {
-            "Queue Depth: 4-byte ping-pong with N non-matching receives posted (size column = N); post total: posting the N (the second burst of N), first post total: the first burst, which also grows the tables"
+            "Queue Depth: 4-byte ping-pong with N non-matching receives posted (size column = N); post total: posting the N (the second burst of N; the requests' memory made before the clock, as a C array), first post total: the first burst, which also grows the tables"
         }
         "mbw_mr" => "Multiple Bandwidth / Message Rate Test",
         "multi_lat" => "Multi-pair Latency Test, one-way time averaged over pairs",

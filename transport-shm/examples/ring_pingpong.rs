@@ -3,11 +3,17 @@
 //! rank 1).
 //!
 //! ```text
-//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw] [--size=N]
+//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw] [--size=N] [--window]
 //! ```
 //!
 //! `--raw` additionally measures the floor under the same conditions: two threads
 //! bouncing one cache-line-sized atomic counter (no ring, no transport).
+//!
+//! `--window` measures the rings' message rate instead: rank 0 sends windows of 64
+//! messages, rank 1 answers each window with one (`rsmpi-bench bw`'s pattern with
+//! nothing above the transport), and the median time per message is printed (here
+//! 36 ns for 1 B in the near state, 44 ns for 64 B, 71 ns for 1 KiB:
+//! `docs/performance.md`, "The rings' own message rate").
 //!
 //! Prints the median over RUNS (default 15) of the one-way latency, i.e. the time of
 //! ROUND_TRIPS (default 20 000) round trips divided by twice their number. By default
@@ -44,6 +50,9 @@ fn main() {
             pin_to(&allowed, rank as usize);
         }
         let mut t = ShmTransport::new(&mut FileExchange::new(dir, rank, 2, job)).unwrap();
+        if args.iter().any(|a| a == "--window") {
+            return windows(&mut t, iters, runs, size);
+        }
         return ping_pong(&mut t, iters, runs, size);
     }
 
@@ -116,6 +125,54 @@ fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
              (min {:.1} ns, max {:.1} ns)",
             one_way[0],
             one_way[one_way.len() - 1]
+        );
+    }
+}
+
+/// `--window`: message rate. Rank 0 sends windows of 64 messages of `size` bytes, each
+/// answered by one 4-byte message from rank 1 once it has all 64 (`rsmpi-bench bw`'s
+/// pattern, without MPI above the transport). Prints the median time per message.
+fn windows(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
+    const WINDOW: usize = 64;
+    let me = t.rank();
+    let peer = 1 - me;
+    let msg = vec![0u8; size];
+    let mut per_msg = Vec::with_capacity(runs);
+    let iters = (iters / 10).max(1);
+    for run in 0..=runs {
+        let start = Instant::now();
+        for _ in 0..iters {
+            if me == 0 {
+                let mut sent = 0;
+                while sent < WINDOW {
+                    if t.try_send(peer, &[], &msg).is_ok() {
+                        sent += 1;
+                    } else {
+                        t.poll(usize::MAX, &mut |_, _| {}).unwrap();
+                    }
+                }
+                while t.poll(1, &mut |_, m| assert_eq!(m.len(), 4)).unwrap() == 0 {}
+            } else {
+                let mut got = 0;
+                while got < WINDOW {
+                    got += t
+                        .poll(WINDOW - got, &mut |_, m| assert_eq!(m.len(), size))
+                        .unwrap();
+                }
+                while t.try_send(peer, &[], &[0u8; 4]).is_err() {}
+            }
+        }
+        if run > 0 {
+            per_msg.push(start.elapsed().as_secs_f64() * 1e9 / (iters as usize * WINDOW) as f64);
+        }
+    }
+    if me == 0 {
+        per_msg.sort_by(f64::total_cmp);
+        println!(
+            "shm windows of 64, {size} B: {:.1} ns per message (median of {runs} runs; min {:.1}, max {:.1})",
+            per_msg[per_msg.len() / 2],
+            per_msg[0],
+            per_msg[per_msg.len() - 1]
         );
     }
 }
