@@ -276,9 +276,12 @@ fn request<'a, D: ?Sized, Sc>(
     if crate::check::types::wanted() {
         crate::check::coll::started(key);
     }
-    let mut r = Request::new(Pending::new(key, 0, 0, comm.ctx), data);
-    r.coll_post = post;
-    Ok(r)
+    let data = match (data, post) {
+        (Data::Unpack(r, unpack), Some(post)) => Data::UnpackAfter(r, unpack, Box::new(post)),
+        (data, None) => data,
+        (_, Some(_)) => unreachable!("a last step goes with a result to unpack"),
+    };
+    Ok(Request::new(Pending::new(key, 0, 0, comm.ctx), data))
 }
 
 fn me(c: &SimpleCommunicator) -> (u32, u32) {
