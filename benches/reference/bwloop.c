@@ -5,7 +5,7 @@
  * argv[1] = windows (default 100), argv[2] = message size in bytes (default 1),
  * argv[3] = "timed": no nap (rank 1 waits while rank 0 sends), and each rank prints
  * the time per message of its side (rank 0: its sends; rank 1: its waits), as rsmpi's
- * `bwloop N SIZE timed` does for rank 0. */
+ * `bwloop N SIZE timed` does. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
