@@ -243,8 +243,10 @@ fn expect_type_of<B: BufferMut + ?Sized>(buf: &B) {
 #[cold]
 #[inline(never)]
 fn note_ahead(comm: &SimpleCommunicator, rank: Rank, tag: Tag, ty: Option<TypeSig>) {
-    if let (Ok(Some(dest)), Ok(())) = (comm.check_rank(rank), check_tag(tag)) {
-        crate::check::before_send(comm.ctx, dest, tag, ty);
+    if let Ok(Some(dest)) = comm.check_rank(rank) {
+        if check_tag(tag).is_ok() {
+            crate::check::before_send(comm.ctx, dest, tag, ty);
+        }
     }
 }
 

@@ -25,6 +25,15 @@ use crate::trace::Tracer;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static CHECKING: AtomicBool = AtomicBool::new(false);
+/// Whether standard sends may run as synchronous ones (`RSMPI_CHECK_SYNC=1`), so
+/// that a send asks the tools only then ([`send_mode`]).
+static SYNC_SENDS: AtomicBool = AtomicBool::new(false);
+
+/// Standard sends run as synchronous ones from now on (the deadlock check's
+/// `RSMPI_CHECK_SYNC=1`, at initialisation).
+pub(crate) fn set_sync_sends() {
+    SYNC_SENDS.store(true, Ordering::Relaxed);
+}
 
 /// Whether any tool is on in this process.
 #[inline(always)]
@@ -293,7 +302,7 @@ impl Mode for Off {
 /// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.
 pub(crate) fn send_mode(mode: matching::SendMode) -> matching::SendMode {
     use matching::SendMode::{Standard, Synchronous};
-    if mode != Standard || !checking() {
+    if mode != Standard || !SYNC_SENDS.load(Ordering::Relaxed) {
         return mode;
     }
     match with(|t| t.sync_sends()) {

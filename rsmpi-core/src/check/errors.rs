@@ -323,7 +323,7 @@ pub(crate) fn finish() {
             .notes
             .as_ref()
             .expect("the notes are on with the error checks");
-        (n.received.clone(), n.posted.clone())
+        (n.received.clone(), n.posted_list())
     })
     .expect("on");
     let mut reports: Vec<(&str, At, String, String)> = Vec::new();
@@ -351,7 +351,7 @@ pub(crate) fn finish() {
             }
         }
     }
-    let mut posted: Vec<_> = posted.iter().map(|(id, p)| (*id, p.clone())).collect();
+    let mut posted = posted;
     posted.sort_unstable_by_key(|(id, _)| id.0);
     for (id, p) in posted {
         if !progress::with(|s| s.recvs.is_pending(id)) {

@@ -58,26 +58,30 @@ use types::TypeSig;
 
 type Site = Option<&'static Location<'static>>;
 
-/// Notes to one rank are sent together, this many at a time, or sooner when the
-/// sender has nothing else to do (`idle`) or finalizes: a message of its own per
-/// note cost the checked run ~6x (`docs/tools.md`, "Cost").
-const BATCH: u32 = 64;
+/// Notes to one rank are sent together, once they cover this many messages, or
+/// sooner when the sender has nothing else to do (`idle`) or finalizes: a message of
+/// its own per note cost the checked run ~6x (`docs/tools.md`, "Cost"). Each batch
+/// waits in the receiver's unexpected queue until a check takes it, and the user's
+/// wildcard receives look past it meanwhile: the fewer, the better. A note covers a
+/// run of messages with the same clock and call, so a batch for a stream of sends is
+/// a few dozen bytes.
+const BATCH: u32 = 512;
 
-/// Wildcard receives kept per sender for later messages to race with: a message
-/// racing with a receive older than this many (that took messages from the same
-/// sender) goes unreported.
+/// Wildcard receives kept per sender for later messages to race with: past this
+/// many (that took messages from the same sender), the oldest half is forgotten, and
+/// a message racing with one of those goes unreported.
 const WATCH_LIMIT: usize = 1 << 16;
 
 /// Completed receives kept waiting for their notes ([`check_events`]) before the
 /// checker waits for the notes instead.
 const DEFER_LIMIT: usize = 1 << 12;
 
-/// Completed receives the race checker lets gather before it looks for their notes
-/// at the end of a call ([`settle`]): by then the notes of the first have nearly
-/// always arrived (their batch left with at most [`BATCH`] messages after them), so
-/// looking costs one visit per batch instead of one per receive. Nothing is lost by
-/// the wait: a race found later is the same race.
-const SETTLE_AT: usize = 2 * BATCH as usize;
+/// Completed receives the race checker lets gather (beyond those still waiting for
+/// their notes) before it looks for notes at the end of a call ([`settle`]): looking
+/// costs one visit per rank, and takes the batches that have arrived out of the
+/// unexpected queue, where the user's wildcard receives would look past them.
+/// Nothing is lost by the wait: a race found later is the same race.
+const SETTLE_AT: usize = 128;
 
 /// Where the user's MPI call was made, and which call it is.
 #[derive(Clone, Copy, Debug, Default)]
@@ -93,22 +97,107 @@ struct Posted {
     source: Src,
     tag: TagSel,
     call: Call,
-    /// Its type signature (for the type check).
-    ty: Option<TypeSig>,
+    /// Its type signature (for the type check; boxed, so that a receive recorded
+    /// without one stays small).
+    ty: Option<Box<TypeSig>>,
 }
 
-/// What completed, for the checker to look at after the call.
-#[derive(Clone, Debug)]
+/// The receives recorded, each written once (when posted) and read where it lies
+/// (when checked), by number. Moving a receive's record from table to table cost
+/// more than the rest of recording it: wide copies of fields just written
+/// narrowly stall the processor.
+#[derive(Default)]
+struct Slab {
+    items: Vec<Posted>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    /// Records a receive, field by field where a slot is free (released with no
+    /// type signature: nothing to drop), inlined so that the fields go from
+    /// registers.
+    #[inline(always)]
+    fn insert(&mut self, p: Posted) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                let slot = &mut self.items[i as usize];
+                slot.ctx = p.ctx;
+                slot.source = p.source;
+                slot.tag = p.tag;
+                slot.call = p.call;
+                if p.ty.is_some() {
+                    slot.ty = p.ty;
+                }
+                i
+            }
+            None => {
+                self.items.push(p);
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    fn get(&self, i: u32) -> &Posted {
+        &self.items[i as usize]
+    }
+
+    fn release(&mut self, i: u32) {
+        self.items[i as usize].ty = None;
+        self.free.push(i);
+    }
+}
+
+/// What completed, for the checker to look at after the call; the receive is in
+/// [`Notes::slab`].
+#[derive(Clone, Copy, Debug)]
 enum Event {
-    /// A receive took the message number `seq` on channel (`src`, ctx, `tag`).
+    /// A receive took the message number `seq` on channel (`src`, its context,
+    /// `tag`).
     Recv {
-        posted: Posted,
+        at: u32,
         src: u32,
         tag: i32,
         seq: u64,
     },
     /// A wildcard-source probe saw a message from `src`.
-    Probe { posted: Posted, src: u32, tag: i32 },
+    Probe { at: u32, src: u32, tag: i32 },
+}
+
+/// The completed receives not checked yet, in the order they matched: read where
+/// they lie, and let go together once all are checked (or once most are, when the
+/// rest wait for their notes).
+#[derive(Default)]
+struct Events {
+    list: Vec<Event>,
+    /// How many of `list` are checked.
+    done: usize,
+}
+
+impl Events {
+    fn push(&mut self, e: Event) {
+        self.list.push(e);
+    }
+
+    /// How many are waiting.
+    fn len(&self) -> usize {
+        self.list.len() - self.done
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `n` more are checked.
+    fn checked(&mut self, n: usize) {
+        self.done += n;
+        if self.done == self.list.len() {
+            self.list.clear();
+            self.done = 0;
+        } else if self.done > 1024 && self.done * 2 > self.list.len() {
+            self.list.drain(..self.done);
+            self.done = 0;
+        }
+    }
 }
 
 /// What the sender of a message says about it, as the type check's report names it.
@@ -123,17 +212,22 @@ struct Note {
 }
 
 /// A note as kept until its message is taken; its clock is kept apart ([`Inbox`]).
+/// A note covers `count` messages, numbered `seq` onwards on its channel: a sender
+/// whose clock, call and channel have not changed since its previous note to a rank
+/// extends that note instead of writing another ([`Notes::add_note`]).
 #[derive(Clone, Debug)]
 struct Kept {
-    /// The message's channel and number on it.
+    /// The channel and the number of the first message the note covers.
     ctx: u32,
     tag: i32,
     seq: u64,
+    /// How many messages it covers (at least 1).
+    count: u32,
     /// The send's source file, by the number its sender gave it (`Notes::files_got`).
     file: u32,
     line: u32,
     op: Option<Op>,
-    ty: Option<TypeSig>,
+    ty: Option<Box<TypeSig>>,
 }
 
 /// A vector clock, one value per world rank.
@@ -152,7 +246,15 @@ struct Inbox {
     batches: VecDeque<Vec<u8>>,
     /// How far the oldest batch has been read.
     at: usize,
-    passed: HashMap<(u32, i32, u64), (Kept, Clock)>,
+    /// The note read last, whose messages are being taken, and its clock (kept when
+    /// the note's last message has been taken, until the next note is read).
+    cur: Option<Kept>,
+    cur_clock: Vec<u64>,
+    /// Whether `cur_clock` has been handed out ([`Inbox::take`]).
+    cur_given: bool,
+    /// Notes passed over by messages taken ahead of theirs, with their clocks (a
+    /// message taken out of its sender's order is rare: a short list).
+    passed: Vec<(Kept, Clock)>,
 }
 
 /// A note that does not read as one ([`put_note`]).
@@ -170,7 +272,7 @@ impl Inbox {
     /// Whether no note is waiting.
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.batches.is_empty() && self.passed.is_empty()
+        self.batches.is_empty() && self.passed.is_empty() && self.cur.is_none()
     }
 
     /// Reads the next note of the oldest batch, its clock (of `width` values) into
@@ -199,9 +301,13 @@ impl Inbox {
         Ok(Some(kept))
     }
 
-    /// The note of message `seq` on channel (`ctx`, `tag`), with its clock in `clock`
-    /// (of `width` values); `Ok(None)` if it has not arrived. Notes read on the way
-    /// name their files into `files`.
+    /// The note of message `seq` on channel (`ctx`, `tag`) (its `seq` that message's),
+    /// with its clock in `clock` (of `width` values) and `true`; `Ok(None)` if it has
+    /// not arrived. A note covering several messages gives its clock with the first
+    /// of them taken, and with the others leaves `clock` as it is and says `false`:
+    /// the caller has merged that clock already, and finds it in `cur_clock`.
+    /// Notes read on the way name their files into `files`.
+    #[inline(always)]
     fn take(
         &mut self,
         ctx: u32,
@@ -210,24 +316,86 @@ impl Inbox {
         files: &mut Vec<Arc<str>>,
         width: usize,
         clock: &mut Vec<u64>,
-    ) -> Result<Option<Kept>, Malformed> {
+    ) -> Result<Option<(Kept, bool)>, Malformed> {
+        // the common case: the next message under the note being read, whose clock
+        // was given with an earlier one
+        if let Some(k) = &mut self.cur {
+            let last = k.seq + u64::from(k.count) - 1;
+            if self.cur_given && k.ctx == ctx && k.tag == tag && (k.seq..=last).contains(&seq) {
+                let out = Kept {
+                    seq,
+                    ty: k.ty.take(),
+                    ..*k
+                };
+                if seq == last {
+                    self.cur = None;
+                }
+                return Ok(Some((out, false)));
+            }
+        }
+        self.take_more(ctx, tag, seq, files, width, clock)
+    }
+
+    /// [`Inbox::take`] past its common case.
+    #[inline(never)]
+    fn take_more(
+        &mut self,
+        ctx: u32,
+        tag: i32,
+        seq: u64,
+        files: &mut Vec<Arc<str>>,
+        width: usize,
+        clock: &mut Vec<u64>,
+    ) -> Result<Option<(Kept, bool)>, Malformed> {
+        let covers =
+            |k: &Kept| k.ctx == ctx && k.tag == tag && seq.wrapping_sub(k.seq) < u64::from(k.count);
         if !self.passed.is_empty() {
-            if let Some((k, c)) = self.passed.remove(&(ctx, tag, seq)) {
+            if let Some(i) = self.passed.iter().position(|(k, _)| covers(k)) {
+                let (k, c) = &mut self.passed[i];
                 clock.clear();
-                clock.extend_from_slice(&c);
-                return Ok(Some(k));
+                clock.extend_from_slice(c);
+                // (a note with a type signature covers one message: moved, not copied)
+                let out = Kept {
+                    seq,
+                    ty: k.ty.take(),
+                    ..*k
+                };
+                if seq == k.seq + u64::from(k.count) - 1 {
+                    self.passed.swap_remove(i);
+                }
+                return Ok(Some((out, true)));
             }
         }
         loop {
-            let Some(k) = self.next(files, width, clock)? else {
+            if let Some(k) = &mut self.cur {
+                if covers(k) {
+                    let fresh = !self.cur_given;
+                    if fresh {
+                        clock.clone_from(&self.cur_clock);
+                        self.cur_given = true;
+                    }
+                    let out = Kept {
+                        seq,
+                        ty: k.ty.take(),
+                        ..*k
+                    };
+                    if seq == k.seq + u64::from(k.count) - 1 {
+                        self.cur = None;
+                    }
+                    return Ok(Some((out, fresh)));
+                }
+                // a note whose messages come later, on another channel
+                let k = self.cur.take().expect("just seen");
+                self.passed.push((k, self.cur_clock.as_slice().into()));
+            }
+            let mut c = std::mem::take(&mut self.cur_clock);
+            let next = self.next(files, width, &mut c);
+            self.cur_clock = c;
+            let Some(k) = next? else {
                 return Ok(None);
             };
-            if k.ctx == ctx && k.tag == tag && k.seq == seq {
-                return Ok(Some(k));
-            }
-            // a note whose message comes later, on another channel
-            let c: Clock = clock.as_slice().into();
-            self.passed.insert((k.ctx, k.tag, k.seq), (k, c));
+            self.cur = Some(k);
+            self.cur_given = false;
         }
     }
 }
@@ -243,9 +411,14 @@ struct NoteHead {
     file: u32,
 }
 
-/// Appends a note to a batch, behind its length: its head; the file's name, when
-/// the sender names it for the first time; its type signature, if any; its clock
-/// (empty without the race check).
+/// Where a note's count of messages sits, from the start of its length
+/// ([`Notes::add_note`] extends a note in place).
+const COUNT_AT: usize = 30;
+
+/// Appends a note of one message to a batch, behind its length: its head and its
+/// count of messages (1, [`COUNT_AT`]); the file's name, when the sender names it for
+/// the first time; its type signature, if any; its clock (empty without the race
+/// check).
 fn put_note(
     b: &mut Vec<u8>,
     n: &NoteHead,
@@ -255,8 +428,8 @@ fn put_note(
 ) {
     let start = b.len();
     // the fixed part in one write: length (filled in below), ctx, tag, seq, line,
-    // op, file number, whether the file's name follows
-    let mut head = [0u8; 30];
+    // op, file number, whether the file's name follows, count
+    let mut head = [0u8; COUNT_AT + 4];
     head[4..8].copy_from_slice(&n.ctx.to_le_bytes());
     head[8..12].copy_from_slice(&n.tag.to_le_bytes());
     head[12..20].copy_from_slice(&n.seq.to_le_bytes());
@@ -264,6 +437,7 @@ fn put_note(
     head[24] = n.op.map_or(u8::MAX, |o| o as u8);
     head[25..29].copy_from_slice(&n.file.to_le_bytes());
     head[29] = u8::from(name.is_some());
+    head[COUNT_AT..].copy_from_slice(&1u32.to_le_bytes());
     b.extend_from_slice(&head);
     if let Some(name) = name {
         b.extend_from_slice(&(name.len() as u32).to_le_bytes());
@@ -299,16 +473,17 @@ fn read_note(
     let line = u32_at(16)?;
     let op = Op::from_u8(*b.get(20)?);
     let file = u32_at(21)?;
-    let mut o = 26;
+    let count = u32_at(26).filter(|&c| c > 0)?;
+    let mut o = 30;
     if *b.get(25)? != 0 {
         // a file named for the first time: its number is the next one
-        let flen = u32_at(26)? as usize;
-        let name = String::from_utf8_lossy(b.get(30..30 + flen)?);
+        let flen = u32_at(30)? as usize;
+        let name = String::from_utf8_lossy(b.get(34..34 + flen)?);
         if file as usize != files.len() {
             return None;
         }
         files.push(Arc::from(name));
-        o = 30 + flen;
+        o = 34 + flen;
     }
     if file != NO_FILE && file as usize >= files.len() {
         return None;
@@ -320,7 +495,7 @@ fn read_note(
         }
         _ => {
             o += 1;
-            Some(TypeSig::decode(b, &mut o)?)
+            Some(Box::new(TypeSig::decode(b, &mut o)?))
         }
     };
     let c = b.get(o..)?;
@@ -335,6 +510,7 @@ fn read_note(
         ctx,
         tag,
         seq,
+        count,
         file,
         line,
         op,
@@ -352,10 +528,14 @@ struct Msg {
     line: u32,
 }
 
-/// A wildcard receive (or probe) that later messages may race with.
+/// A wildcard receive (or probe) that later messages may race with: what of it a
+/// later message is checked against, and what a report names.
 #[derive(Clone, Debug)]
 struct Watched {
-    posted: Posted,
+    ctx: u32,
+    tag: TagSel,
+    call: Call,
+    /// This rank's own clock value after the receive.
     clock: u64,
     took: Msg,
 }
@@ -375,15 +555,20 @@ pub(crate) struct Notes {
     sent: Channels,
     received: Channels,
     /// The receives posted on user communicators and not completed yet.
-    posted: OneMap<RecvId, Posted>,
-    events: VecDeque<Event>,
+    posted: OneMap<RecvId, u32>,
+    /// The receives `posted` and `events` name.
+    slab: Slab,
+    events: Events,
+    /// How many `events` make the next check due ([`SETTLE_AT`] more than were left
+    /// waiting for their notes by the last).
+    settle_at: usize,
     /// Notes received ahead of their messages, by sender.
     inbox: Vec<Inbox>,
     /// The clock of the note being checked.
     scratch: Vec<u64>,
     /// Wildcard receives that may still race, by the sender of the message each took,
     /// oldest (lowest clock) first.
-    watched: Vec<VecDeque<Watched>>,
+    watched: Vec<Vec<Watched>>,
     /// Reports printed so far, and the most to print (`RSMPI_CHECK_REPORTS`).
     printed: u64,
     max_reports: u64,
@@ -393,10 +578,9 @@ pub(crate) struct Notes {
     found: u64,
     /// The type signature of the receive about to be posted (`expect_type`).
     next_type: Option<TypeSig>,
-    /// Notes not sent yet, by destination (each a length and its bytes), and how
-    /// many each holds.
-    pending: Vec<(Vec<u8>, u32)>,
-    /// Notes held in `pending`, all destinations together.
+    /// Notes not sent yet, by destination.
+    pending: Vec<Held>,
+    /// Messages whose notes are held in `pending`, all destinations together.
     held: u32,
     /// The source files named to each destination so far, by the address of their
     /// name, with the number each destination knows them by: a note names its file
@@ -404,6 +588,36 @@ pub(crate) struct Notes {
     files_sent: Vec<FilesSent>,
     /// The source files each rank has named, by their number.
     files_got: Vec<Vec<Arc<str>>>,
+}
+
+/// The notes held back for one rank.
+#[derive(Clone, Default)]
+struct Held {
+    /// The notes, each behind its length.
+    bytes: Vec<u8>,
+    /// How many messages they cover.
+    count: u32,
+    /// The last note, while the next message may extend it.
+    open: Option<Open>,
+}
+
+/// The last note held for a rank, as the next message would have to repeat it to
+/// extend it instead of writing a note of its own.
+#[derive(Clone, Copy)]
+struct Open {
+    ctx: u32,
+    tag: i32,
+    /// The number the next message on the channel would have.
+    seq: u64,
+    /// The send's call and source line (the same line, when the same location).
+    site: Site,
+    op: Option<Op>,
+    /// This rank's own clock value when the note was written: the clock changes only
+    /// when its own value ticks (at each receive and wildcard probe checked), so an
+    /// equal value is an equal clock.
+    own: u64,
+    /// Where the note starts in [`Held::bytes`].
+    at: usize,
 }
 
 /// A source file's name, by its address and length (`Location::file`).
@@ -506,6 +720,9 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         let sync = std::env::var("RSMPI_CHECK_SYNC").is_ok_and(|v| v == "1");
         let tool = world.duplicate();
         let d = deadlock::Deadlock::new(me, tool, timeout, hang, sync);
+        if sync {
+            tools::set_sync_sends();
+        }
         tools::with(|t| t.deadlock = Some(d));
     }
     if set.races || set.errors {
@@ -531,10 +748,12 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         sent: Channels::default(),
         received: Channels::default(),
         posted: OneMap::default(),
-        events: VecDeque::new(),
+        slab: Slab::default(),
+        events: Events::default(),
+        settle_at: SETTLE_AT,
         inbox: (0..size).map(|_| Inbox::default()).collect(),
         scratch: Vec::new(),
-        watched: vec![VecDeque::new(); size],
+        watched: vec![Vec::new(); size],
         printed: 0,
         max_reports: std::env::var("RSMPI_CHECK_REPORTS")
             .ok()
@@ -543,7 +762,7 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         known_by: vec![0; size],
         found: 0,
         next_type: None,
-        pending: vec![(Vec::new(), 0); size],
+        pending: vec![Held::default(); size],
         held: 0,
         files_sent: vec![FilesSent::default(); size],
         files_got: vec![Vec::new(); size],
@@ -580,6 +799,14 @@ pub(crate) fn finish() {
 }
 
 impl Notes {
+    /// The receives posted and not completed yet.
+    fn posted_list(&self) -> Vec<(RecvId, Posted)> {
+        self.posted
+            .iter()
+            .map(|(id, at)| (*id, self.slab.get(*at).clone()))
+            .collect()
+    }
+
     /// An MPI call ended: a type signature no receive took is dropped.
     pub fn call_ended(&mut self) {
         self.next_type = None;
@@ -593,45 +820,92 @@ impl Notes {
     /// Whether the completed receives are due for their checks at the end of a call:
     /// once [`SETTLE_AT`] are waiting, or at once with the type check on.
     pub fn settle_due(&self) -> bool {
-        self.events.len() >= SETTLE_AT || (self.types && !self.events.is_empty())
+        self.events.len() >= self.settle_at || (self.types && !self.events.is_empty())
     }
 
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel, call: Call) {
-        let ty = self.next_type.take();
+        let ty = self.next_type.take().map(Box::new);
         if ctx & INTERNAL == 0 {
-            self.posted.insert(
-                id,
-                Posted {
-                    ctx,
-                    source,
-                    tag,
-                    call,
-                    ty,
-                },
-            );
+            let at = self.slab.insert(Posted {
+                ctx,
+                source,
+                tag,
+                call,
+                ty,
+            });
+            self.posted.insert(id, at);
         }
     }
 
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
-        let Some(posted) = self.posted.remove(&id) else {
+        let Some(at) = self.posted.remove(&id) else {
             return;
         };
         if let RecvOutcome::Received { source, tag, .. } = *outcome {
-            let seq = self.received.next((source, posted.ctx, tag));
-            self.events.push_back(Event::Recv {
-                posted,
+            let seq = self.received.next((source, self.slab.get(at).ctx, tag));
+            self.events.push(Event::Recv {
+                at,
                 src: source,
                 tag,
                 seq,
             });
+        } else {
+            self.slab.release(at);
         }
     }
 
     /// Appends the note of a message to world rank `dest` (of type signature `ty`)
-    /// to the notes held for `dest`, behind its length; ticks the clock. Returns how
-    /// many notes `dest` now has waiting.
+    /// to the notes held for `dest`, or counts the message in the last of them if
+    /// it says the same (channel, call, clock, no type signature). Returns how many
+    /// messages `dest` now has notes held for.
+    ///
+    /// Sending does not tick the clock. A race check compares a message's knowledge
+    /// of the receiver's own value with the value of the receive (`S[me] <
+    /// clock(r)`); that value ticks at every receive, which is all the check needs
+    /// to tell what a rank sent before a receive from what it sent after it. So a
+    /// rank that sends without receiving, as each sender in MPIRace-Check's Table 2
+    /// does, keeps its clock, and one note covers its consecutive messages.
     fn add_note(&mut self, ctx: u32, dest: u32, tag: i32, call: Call, ty: Option<&TypeSig>) -> u32 {
         let seq = self.sent.next((dest, ctx, tag));
+        let own = self.clock.get(self.me as usize).copied().unwrap_or(0);
+        let ty = ty.filter(|_| self.types);
+        let held = &mut self.pending[dest as usize];
+        self.held += 1;
+        held.count += 1;
+        if let Some(o) = &mut held.open {
+            let same_site = match (o.site, call.site) {
+                (Some(a), Some(b)) => std::ptr::eq(a, b),
+                (a, b) => a.is_none() && b.is_none(),
+            };
+            if ty.is_none()
+                && same_site
+                && (o.ctx, o.tag, o.seq, o.op, o.own) == (ctx, tag, seq, call.op, own)
+            {
+                // the same note again: one more message counted in it
+                let c = &mut held.bytes[o.at + COUNT_AT..o.at + COUNT_AT + 4];
+                let n = u32::from_le_bytes((&*c).try_into().expect("4")) + 1;
+                c.copy_from_slice(&n.to_le_bytes());
+                o.seq += 1;
+                return held.count;
+            }
+        }
+        self.add_new_note(ctx, dest, tag, seq, call, ty, own)
+    }
+
+    /// [`Notes::add_note`] for a message the last note does not cover: a note of
+    /// its own (message number `seq`; `own`, this rank's own clock value).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn add_new_note(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        seq: u64,
+        call: Call,
+        ty: Option<&TypeSig>,
+        own: u64,
+    ) -> u32 {
         let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
         // a file named for the first time goes with its number; later notes only
         // give the number
@@ -653,9 +927,6 @@ impl Notes {
                 }
             }
         };
-        if self.races {
-            self.clock[self.me as usize] += 1;
-        }
         let head = NoteHead {
             ctx,
             tag,
@@ -664,48 +935,67 @@ impl Notes {
             op: call.op,
             file: id,
         };
+        let held = &mut self.pending[dest as usize];
+        let at = held.bytes.len();
         let clock: &[u64] = if self.races { &self.clock } else { &[] };
-        let (b, count) = &mut self.pending[dest as usize];
-        put_note(
-            b,
-            &head,
-            new.then_some(file),
-            ty.filter(|_| self.types),
-            clock,
-        );
-        *count += 1;
-        self.held += 1;
-        *count
+        put_note(&mut held.bytes, &head, new.then_some(file), ty, clock);
+        held.open = ty.is_none().then_some(Open {
+            ctx,
+            tag,
+            seq: seq + 1,
+            site: call.site,
+            op: call.op,
+            own,
+            at,
+        });
+        held.count
     }
 
-    /// Checks the message `m` (clock `s`) against the watched receives, then merges.
-    fn check(&mut self, ctx: u32, m: &Msg, s: &[u64], report: &mut Vec<(Watched, Msg)>) {
+    /// Checks the message `m` against the watched receives (its sender knew of this
+    /// rank's clock up to `known`), then merges its sender's clock `merge` into this
+    /// rank's (`None`: merged with an earlier message already) and ticks.
+    fn check(
+        &mut self,
+        ctx: u32,
+        m: &Msg,
+        known: u64,
+        merge: Option<&[u64]>,
+        report: &mut Vec<(Watched, Msg)>,
+    ) {
         let me = self.me as usize;
-        let known = s.get(me).copied().unwrap_or(0);
+        let matches = |w: &Watched| {
+            w.ctx == ctx
+                && match w.tag {
+                    TagSel::Any => true,
+                    TagSel::Tag(t) => t == m.tag,
+                }
+        };
         for (g, group) in self.watched.iter_mut().enumerate() {
             // one sender's messages cannot race with each other (non-overtaking), and
-            // only the receives the sender did not know of (clock above `known`) can
-            if g == m.src as usize {
+            // only the receives the sender did not know of (clock above `known`) can;
+            // the newest is at the back
+            if g == m.src as usize || group.last().is_none_or(|w| w.clock <= known) {
                 continue;
             }
-            let from = group.partition_point(|w| w.clock <= known);
+            // the sender knew of none of them, most often (a rank that never hears
+            // from this one)
+            let from = match group.first() {
+                Some(w) if w.clock > known => 0,
+                _ => group.partition_point(|w| w.clock <= known),
+            };
+            let full = self.printed + report.len() as u64 >= self.max_reports;
+            if full && group[from..].iter().all(matches) {
+                // past the most to print, and every one races: counted, in one go
+                self.found += (group.len() - from) as u64;
+                group.truncate(from);
+                continue;
+            }
             let mut i = from;
             while i < group.len() {
-                let w = &group[i];
-                let races = w.posted.ctx == ctx
-                    && match w.posted.tag {
-                        TagSel::Any => true,
-                        TagSel::Tag(t) => t == m.tag,
-                    };
-                if races {
+                if matches(&group[i]) {
                     // each receive is reported once; past the most to print, only
                     // counted
-                    let w = if i == 0 {
-                        group.pop_front()
-                    } else {
-                        group.remove(i)
-                    }
-                    .expect("in range");
+                    let w = group.remove(i);
                     if self.printed + (report.len() as u64) < self.max_reports {
                         report.push((w, m.clone()));
                     } else {
@@ -716,6 +1006,10 @@ impl Notes {
                 }
             }
         }
+        let Some(s) = merge else {
+            self.clock[me] += 1;
+            return;
+        };
         for (c, x) in self.clock.iter_mut().zip(s) {
             *c = (*c).max(*x);
         }
@@ -738,23 +1032,25 @@ impl Notes {
         }
         for (g, group) in self.watched.iter_mut().enumerate() {
             let floor = if g == low_at { second } else { low };
-            while group.front().is_some_and(|w| w.clock <= floor) {
-                group.pop_front();
-            }
+            let n = group.partition_point(|w| w.clock <= floor);
+            group.drain(..n);
         }
     }
 
-    fn watch(&mut self, posted: Posted, took: Msg) {
+    #[inline(always)]
+    fn watch(&mut self, posted: &Posted, took: Msg) {
         if posted.source == Src::Any {
             let clock = self.clock[self.me as usize];
             let group = &mut self.watched[took.src as usize];
             if group.len() == WATCH_LIMIT {
                 // a rank that never hears from this one keeps every receive racy:
-                // bound the memory, forget the oldest
-                group.pop_front();
+                // bound the memory, forget the oldest half
+                group.drain(..WATCH_LIMIT / 2);
             }
-            group.push_back(Watched {
-                posted,
+            group.push(Watched {
+                ctx: posted.ctx,
+                tag: posted.tag,
+                call: posted.call,
                 clock,
                 took,
             });
@@ -771,31 +1067,55 @@ pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32, ty: Option<TypeSig>) {
         return;
     }
     // the note carries this rank's clock, which must hold every message received
-    // before it: the receives still waiting for their notes are checked first
-    let behind = tools::with(|t| !t.busy && t.notes.as_ref().is_some_and(|r| !r.events.is_empty()));
-    if behind == Some(true) {
-        check_events(true);
+    // before it: the receives still waiting for their notes are checked first, and
+    // the note added in a second visit. The visits return a small value: what to do
+    // next (`Added`), the batch is taken in a visit of its own.
+    #[derive(PartialEq, Eq)]
+    enum Added {
+        No,
+        Behind,
+        Held,
+        Full,
     }
-    let Some(Some((tool, batch))) = tools::with(|t| {
+    let ty = ty.as_ref();
+    let add = |t: &mut tools::Tools, first: bool| {
         if t.busy {
-            return None;
+            return Added::No;
         }
         let call = t.call;
-        let r = t.notes.as_mut()?;
-        let n = r.add_note(ctx, dest, tag, call, ty.as_ref());
-        let batch = (n >= BATCH).then(|| {
-            let (b, n) = &mut r.pending[dest as usize];
-            r.held -= *n;
-            *n = 0;
-            std::mem::take(b)
-        });
-        Some((r.tool, batch))
+        let Some(r) = t.notes.as_mut() else {
+            return Added::No;
+        };
+        if first && !r.events.is_empty() {
+            return Added::Behind;
+        }
+        match r.add_note(ctx, dest, tag, call, ty) >= BATCH {
+            true => Added::Full,
+            false => Added::Held,
+        }
+    };
+    let mut added = tools::with(|t| add(t, true));
+    if added == Some(Added::Behind) {
+        check_events(true);
+        added = tools::with(|t| add(t, false));
+    }
+    if added == Some(Added::Full) {
+        send_held(dest);
+    }
+}
+
+/// Sends the notes held for world rank `dest`.
+#[cold]
+#[inline(never)]
+fn send_held(dest: u32) {
+    let Some(Some((tool, b))) = with_notes(|r| {
+        let h = std::mem::take(&mut r.pending[dest as usize]);
+        r.held -= h.count;
+        (h.count > 0).then_some((r.tool, h.bytes))
     }) else {
         return;
     };
-    if let Some(b) = batch {
-        send_notes(&tool, dest, &b);
-    }
+    send_notes(&tool, dest, &b);
 }
 
 fn send_notes(tool: &SimpleCommunicator, dest: u32, batch: &[u8]) {
@@ -817,11 +1137,8 @@ pub(crate) fn idle() {
             .pending
             .iter_mut()
             .enumerate()
-            .filter(|(_, (_, n))| *n > 0)
-            .map(|(d, (b, n))| {
-                *n = 0;
-                (d as u32, std::mem::take(b))
-            })
+            .filter(|(_, h)| h.count > 0)
+            .map(|(d, h)| (d as u32, std::mem::take(h).bytes))
             .collect();
         Some((r.tool, batches))
     }) else {
@@ -861,7 +1178,8 @@ pub(crate) fn probed(ctx: u32, source: Src, tag_sel: TagSel, src: u32, tag: i32)
                 call: t.call,
                 ty: None,
             };
-            r.events.push_back(Event::Probe { posted, src, tag });
+            let at = r.slab.insert(posted);
+            r.events.push(Event::Probe { at, src, tag });
         }
     });
 }
@@ -891,6 +1209,12 @@ fn with_notes<R>(f: impl FnOnce(&mut Notes) -> R) -> Option<R> {
 /// received, in the same order, and every note this rank sends waits until its clock
 /// holds all it has received ([`before_send`]).
 fn check_events(block: bool) {
+    check_events_now(block);
+    with_notes(|r| r.settle_at = r.events.len() + SETTLE_AT);
+}
+
+/// [`check_events`]' work.
+fn check_events_now(block: bool) {
     let settling = !block;
     let Some((tool, block, mut owed)) = with_notes(|r| {
         let block = block || r.types || r.events.len() > DEFER_LIMIT;
@@ -976,50 +1300,80 @@ impl Notes {
         owed: &mut usize,
     ) -> Result<Option<u32>, Malformed> {
         let width = if self.races { self.clock.len() } else { 0 };
-        while let Some(ev) = self.events.front() {
-            let (src, ctx, tag, seq) = match ev {
-                Event::Recv {
-                    posted,
-                    src,
-                    tag,
-                    seq,
-                } => (*src, posted.ctx, *tag, *seq),
-                Event::Probe { src, tag, .. } => {
+        let me = self.me as usize;
+        let mut clock = std::mem::take(&mut self.scratch);
+        // the events are read where they lie and let go together
+        let mut events = std::mem::take(&mut self.events);
+        let mut slab = std::mem::take(&mut self.slab);
+        let mut done = events.done;
+        let out = self.run_events_in(
+            &events.list,
+            &mut slab,
+            &mut done,
+            found,
+            mismatches,
+            width,
+            me,
+            &mut clock,
+        );
+        self.slab = slab;
+        *owed = owed.saturating_sub(done - events.done);
+        events.checked(done - events.done);
+        debug_assert!(self.events.is_empty(), "no event is recorded meanwhile");
+        self.events = events;
+        self.scratch = clock;
+        out
+    }
+
+    /// [`Notes::run_events`] on `events` from `done` on (counted up as they are
+    /// checked), with the clock of the note being checked in `clock`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_events_in(
+        &mut self,
+        events: &[Event],
+        slab: &mut Slab,
+        done: &mut usize,
+        found: &mut Vec<(Watched, Msg)>,
+        mismatches: &mut Vec<Mismatch>,
+        width: usize,
+        me: usize,
+        clock: &mut Vec<u64>,
+    ) -> Result<Option<u32>, Malformed> {
+        while let Some(ev) = events.get(*done) {
+            let (at, src, tag, seq) = match *ev {
+                Event::Recv { at, src, tag, seq } => (at, src, tag, seq),
+                Event::Probe { at, src, tag } => {
                     let m = Msg {
-                        src: *src,
-                        tag: *tag,
+                        src,
+                        tag,
                         file: NO_FILE,
                         line: 0,
                     };
-                    let Some(Event::Probe { posted, .. }) = self.events.pop_front() else {
-                        unreachable!("the front is a probe")
-                    };
-                    self.clock[self.me as usize] += 1;
-                    self.watch(posted, m);
-                    *owed = owed.saturating_sub(1);
+                    self.clock[me] += 1;
+                    self.watch(slab.get(at), m);
+                    slab.release(at);
+                    *done += 1;
                     continue;
                 }
             };
-            let mut clock = std::mem::take(&mut self.scratch);
+            let posted = slab.get(at);
+            let ctx = posted.ctx;
             let files = &mut self.files_got[src as usize];
-            let taken = self.inbox[src as usize].take(ctx, tag, seq, files, width, &mut clock);
-            let Some(kept) = taken? else {
-                self.scratch = clock;
+            let ib = &mut self.inbox[src as usize];
+            let taken = ib.take(ctx, tag, seq, files, width, clock);
+            let Some((kept, fresh)) = taken? else {
                 return Ok(Some(src));
             };
-            let Some(Event::Recv { posted, .. }) = self.events.pop_front() else {
-                unreachable!("the front is a receive")
-            };
-            *owed = owed.saturating_sub(1);
+            *done += 1;
             if let (Some(sent), Some(recv)) = (&kept.ty, &posted.ty) {
-                if let Some(at) = types::mismatch(sent, recv) {
+                if let Some(differ) = types::mismatch(sent, recv) {
                     let note = Note {
                         file: self.file_name(src, kept.file),
                         line: kept.line,
                         op: kept.op,
-                        ty: kept.ty.clone(),
+                        ty: kept.ty.as_deref().cloned(),
                     };
-                    mismatches.push((posted.clone(), src, tag, note, at));
+                    mismatches.push((posted.clone(), src, tag, note, differ));
                 }
             }
             if self.races {
@@ -1029,10 +1383,18 @@ impl Notes {
                     file: kept.file,
                     line: kept.line,
                 };
-                self.check(ctx, &m, &clock, found);
+                if fresh {
+                    let known = clock.get(me).copied().unwrap_or(0);
+                    self.check(ctx, &m, known, Some(clock), found);
+                } else {
+                    // a note seen with an earlier message: its clock is merged already
+                    let c = &self.inbox[src as usize].cur_clock;
+                    let known = c.get(me).copied().unwrap_or(0);
+                    self.check(ctx, &m, known, None, found);
+                }
                 self.watch(posted, m);
             }
-            self.scratch = clock;
+            slab.release(at);
         }
         Ok(None)
     }
@@ -1069,15 +1431,11 @@ fn report(r: &mut Notes, w: &Watched, m: &Msg) {
         return;
     }
     r.printed += 1;
-    let ctx = w.posted.ctx;
+    let ctx = w.ctx;
     let rank_in = |world: u32| crate::progress::with(|s| s.comm_rank(ctx, world));
-    let call = w.posted.call.op.map_or("receive", Op::name);
-    let (file, line) = w
-        .posted
-        .call
-        .site
-        .map_or(("?", 0), |l| (l.file(), l.line()));
-    let tag = match w.posted.tag {
+    let call = w.call.op.map_or("receive", Op::name);
+    let (file, line) = w.call.site.map_or(("?", 0), |l| (l.file(), l.line()));
+    let tag = match w.tag {
         TagSel::Any => "any".to_string(),
         TagSel::Tag(t) => t.to_string(),
     };
@@ -1108,7 +1466,7 @@ fn report(r: &mut Notes, w: &Watched, m: &Msg) {
             x.line
         )
     };
-    let tag_json = match w.posted.tag {
+    let tag_json = match w.tag {
         TagSel::Any => "\"any\"".to_string(),
         TagSel::Tag(t) => t.to_string(),
     };
@@ -1148,7 +1506,67 @@ mod tests {
     type Taken = Result<Option<Kept>, Malformed>;
 
     fn take(ib: &mut Inbox, tag: i32, seq: u64, clock: &mut Vec<u64>) -> Taken {
-        ib.take(0, tag, seq, &mut Vec::new(), 2, clock)
+        let t = ib.take(0, tag, seq, &mut Vec::new(), 2, clock);
+        t.map(|k| k.map(|k| k.0))
+    }
+
+    /// Counts one more message in the note starting at `at` (as `add_note` does).
+    fn extend(b: &mut [u8], at: usize) {
+        let c = &mut b[at + COUNT_AT..at + COUNT_AT + 4];
+        let n = u32::from_le_bytes((&*c).try_into().unwrap()) + 1;
+        c.copy_from_slice(&n.to_le_bytes());
+    }
+
+    #[test]
+    fn a_note_covers_the_messages_it_counts() {
+        // tag 1's messages 0-2 under one note, then tag 2's 0-1, then tag 1's 3
+        let mut b = batch(&[(1, 0, [5, 6])]);
+        extend(&mut b, 0);
+        extend(&mut b, 0);
+        let at = b.len();
+        b.extend(batch(&[(2, 0, [7, 8])]));
+        extend(&mut b, at);
+        b.extend(batch(&[(1, 3, [9, 10])]));
+        let mut ib = Inbox::default();
+        ib.push(b);
+        let mut clock = Vec::new();
+        let get = |ib: &mut Inbox, tag, seq, clock: &mut Vec<u64>| {
+            let t = ib.take(0, tag, seq, &mut Vec::new(), 2, clock).unwrap();
+            t.map(|(k, fresh)| (k.seq, k.line, fresh))
+        };
+        // in order: each message of the run, numbered as the message, with the run's
+        // line; its clock with the first, and then left to the caller (merged)
+        assert_eq!(get(&mut ib, 1, 0, &mut clock), Some((0, 0, true)));
+        assert_eq!(clock, [5, 6]);
+        clock = vec![0, 0];
+        for seq in 1..3 {
+            assert_eq!(get(&mut ib, 1, seq, &mut clock), Some((seq, 0, false)));
+            assert_eq!(clock, [0, 0]);
+            assert_eq!(ib.cur_clock, [5, 6]);
+        }
+        // tag 1's next message passes over tag 2's run, which waits whole
+        assert_eq!(get(&mut ib, 1, 3, &mut clock), Some((3, 3, true)));
+        assert_eq!(clock, [9, 10]);
+        assert_eq!(ib.passed.len(), 1);
+        // a run passed over gives its clock with each message
+        for seq in 0..2 {
+            clock = vec![0, 0];
+            assert_eq!(get(&mut ib, 2, seq, &mut clock), Some((seq, 0, true)));
+            assert_eq!(clock, [7, 8]);
+        }
+        assert!(ib.is_empty());
+        // a message past the run's end is not under it
+        let mut b = batch(&[(1, 0, [1, 1])]);
+        extend(&mut b, 0);
+        let mut ib = Inbox::default();
+        ib.push(b);
+        assert!(take(&mut ib, 1, 2, &mut clock).unwrap().is_none());
+        // a note counting no message is malformed
+        let mut b = batch(&[(1, 0, [1, 1])]);
+        b[COUNT_AT..COUNT_AT + 4].copy_from_slice(&0u32.to_le_bytes());
+        let mut ib = Inbox::default();
+        ib.push(b);
+        assert!(take(&mut ib, 1, 0, &mut clock).is_err());
     }
 
     #[test]
@@ -1229,7 +1647,8 @@ mod tests {
             let k = ib
                 .take(5, 9, seq, &mut files, 1, &mut clock)
                 .unwrap()
-                .unwrap();
+                .unwrap()
+                .0;
             assert_eq!((k.file, k.line), (0, 40 + seq as u32));
             assert_eq!(clock, [seq + 1]);
         }
