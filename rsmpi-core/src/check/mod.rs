@@ -230,6 +230,22 @@ struct Kept {
     ty: Option<Box<TypeSig>>,
 }
 
+impl Kept {
+    /// The note as its message `seq` (one it covers) takes it, and whether that is
+    /// the last it covers. A note with a type signature covers one message: the
+    /// signature is moved, not copied.
+    #[inline(always)]
+    fn message(&mut self, seq: u64) -> (Kept, bool) {
+        let last = seq == self.seq + u64::from(self.count) - 1;
+        let out = Kept {
+            seq,
+            ty: self.ty.take(),
+            ..*self
+        };
+        (out, last)
+    }
+}
+
 /// A vector clock, one value per world rank.
 type Clock = Box<[u64]>;
 
@@ -269,6 +285,23 @@ impl Inbox {
         }
     }
 
+    /// The note of message `seq` on channel (`ctx`, `tag`) if it is the note being
+    /// read and its clock was given with an earlier message (as [`Inbox::take`]
+    /// would, saying `false`); `None` otherwise.
+    #[inline(always)]
+    fn take_next(&mut self, ctx: u32, tag: i32, seq: u64) -> Option<Kept> {
+        let k = self.cur.as_mut()?;
+        let last = k.seq + u64::from(k.count) - 1;
+        if !(self.cur_given && k.ctx == ctx && k.tag == tag && (k.seq..=last).contains(&seq)) {
+            return None;
+        }
+        let (out, done) = k.message(seq);
+        if done {
+            self.cur = None;
+        }
+        Some(out)
+    }
+
     /// Whether no note is waiting.
     #[cfg(test)]
     fn is_empty(&self) -> bool {
@@ -306,39 +339,9 @@ impl Inbox {
     /// not arrived. A note covering several messages gives its clock with the first
     /// of them taken, and with the others leaves `clock` as it is and says `false`:
     /// the caller has merged that clock already, and finds it in `cur_clock`.
-    /// Notes read on the way name their files into `files`.
-    #[inline(always)]
+    /// Notes read on the way name their files into `files`. [`Inbox::take_next`] is
+    /// its common case.
     fn take(
-        &mut self,
-        ctx: u32,
-        tag: i32,
-        seq: u64,
-        files: &mut Vec<Arc<str>>,
-        width: usize,
-        clock: &mut Vec<u64>,
-    ) -> Result<Option<(Kept, bool)>, Malformed> {
-        // the common case: the next message under the note being read, whose clock
-        // was given with an earlier one
-        if let Some(k) = &mut self.cur {
-            let last = k.seq + u64::from(k.count) - 1;
-            if self.cur_given && k.ctx == ctx && k.tag == tag && (k.seq..=last).contains(&seq) {
-                let out = Kept {
-                    seq,
-                    ty: k.ty.take(),
-                    ..*k
-                };
-                if seq == last {
-                    self.cur = None;
-                }
-                return Ok(Some((out, false)));
-            }
-        }
-        self.take_more(ctx, tag, seq, files, width, clock)
-    }
-
-    /// [`Inbox::take`] past its common case.
-    #[inline(never)]
-    fn take_more(
         &mut self,
         ctx: u32,
         tag: i32,
@@ -354,13 +357,8 @@ impl Inbox {
                 let (k, c) = &mut self.passed[i];
                 clock.clear();
                 clock.extend_from_slice(c);
-                // (a note with a type signature covers one message: moved, not copied)
-                let out = Kept {
-                    seq,
-                    ty: k.ty.take(),
-                    ..*k
-                };
-                if seq == k.seq + u64::from(k.count) - 1 {
+                let (out, done) = k.message(seq);
+                if done {
                     self.passed.swap_remove(i);
                 }
                 return Ok(Some((out, true)));
@@ -374,12 +372,8 @@ impl Inbox {
                         clock.clone_from(&self.cur_clock);
                         self.cur_given = true;
                     }
-                    let out = Kept {
-                        seq,
-                        ty: k.ty.take(),
-                        ..*k
-                    };
-                    if seq == k.seq + u64::from(k.count) - 1 {
+                    let (out, done) = k.message(seq);
+                    if done {
                         self.cur = None;
                     }
                     return Ok(Some((out, fresh)));
@@ -1360,8 +1354,11 @@ impl Notes {
             let ctx = posted.ctx;
             let files = &mut self.files_got[src as usize];
             let ib = &mut self.inbox[src as usize];
-            let taken = ib.take(ctx, tag, seq, files, width, clock);
-            let Some((kept, fresh)) = taken? else {
+            let taken = match ib.take_next(ctx, tag, seq) {
+                Some(k) => Some((k, false)),
+                None => ib.take(ctx, tag, seq, files, width, clock)?,
+            };
+            let Some((kept, fresh)) = taken else {
                 return Ok(Some(src));
             };
             *done += 1;
@@ -1539,11 +1536,14 @@ mod tests {
         assert_eq!(get(&mut ib, 1, 0, &mut clock), Some((0, 0, true)));
         assert_eq!(clock, [5, 6]);
         clock = vec![0, 0];
-        for seq in 1..3 {
-            assert_eq!(get(&mut ib, 1, seq, &mut clock), Some((seq, 0, false)));
-            assert_eq!(clock, [0, 0]);
-            assert_eq!(ib.cur_clock, [5, 6]);
-        }
+        // the next: the common case, or through `take`, alike
+        assert!(ib.take_next(0, 2, 1).is_none());
+        let k = ib.take_next(0, 1, 1).unwrap();
+        assert_eq!((k.seq, k.line), (1, 0));
+        assert_eq!(get(&mut ib, 1, 2, &mut clock), Some((2, 0, false)));
+        assert_eq!(clock, [0, 0]);
+        assert_eq!(ib.cur_clock, [5, 6]);
+        assert!(ib.take_next(0, 1, 3).is_none());
         // tag 1's next message passes over tag 2's run, which waits whole
         assert_eq!(get(&mut ib, 1, 3, &mut clock), Some((3, 3, true)));
         assert_eq!(clock, [9, 10]);
