@@ -30,6 +30,11 @@
 #   sh benches/callgrind.sh [N1 N2]      (self rounds, default 1000 11000)
 #   PAIR_ROUNDS=300 REPEAT=5             (the pair loop's rounds and runs)
 #   WN1=20 WN2=120                       (the window loop's windows)
+#   TOOLS_OUT=0                          (skip the row "tools out": rsmpi built with
+#                                         RUSTFLAGS="--cfg rsmpi_tools_out", the
+#                                         built-in tools compiled out, in
+#                                         target/tools-out; the difference from the
+#                                         row "rsmpi" is what the tools cost when off)
 set -eu
 cd "$(dirname "$0")/.."
 N1=${1:-1000}
@@ -127,6 +132,17 @@ rs_self=$(per_round rsmpi target/release/examples/selfloop)
 rs_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' target/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
 # shellcheck disable=SC2046
 row rsmpi "$rs_self" "$rs_pair" $(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+if [ "${TOOLS_OUT:-1}" = 1 ]; then
+    # the same loops with the built-in tools compiled out: the difference from the row
+    # above is what the tools cost when they are off (issue 14's target: nothing)
+    t=target/tools-out
+    CARGO_TARGET_DIR=$t RUSTFLAGS="--cfg rsmpi_tools_out" cargo build --release --quiet \
+        -p rsmpi --example selfloop --example pairloop --example bwloop
+    o_self=$(per_round rsmpi-out $t/release/examples/selfloop)
+    o_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' $t/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
+    # shellcheck disable=SC2046
+    row "tools out" "$o_self" "$o_pair" $(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+fi
 if command -v mpicc.mpich >/dev/null; then
     for l in selfloop pairloop bwloop; do
         mpicc.mpich -O2 -o "$out/$l-mpich" "benches/reference/$l.c"

@@ -503,6 +503,7 @@ impl Engine {
     /// Posts a receive (`MPI_Irecv`). Matches the unexpected queue first (rule 1); if
     /// nothing matches, queues it and advertises it to its source unless an ANY_SOURCE
     /// or non-contiguous receive is pending in the context (rules 2, 6).
+    #[inline(always)]
     pub fn post_recv(&mut self, spec: RecvSpec) -> Result<RecvId, CallError> {
         if let Source::Rank(r) = spec.source {
             self.check_rank(r)?;
@@ -1034,6 +1035,7 @@ impl Engine {
     /// by the first `len` bytes of the buffer, and no id, `SendDone` or later output
     /// refers to it. Returns `Ok(None)`, having changed nothing, when the send must go
     /// through [`Engine::start_send`] instead.
+    #[inline(always)]
     pub fn send_now(&mut self, spec: &SendSpec) -> Result<Option<(Header, u64)>, CallError> {
         self.check_rank(spec.dest)?;
         Self::check_tag(spec.tag)?;
@@ -1122,6 +1124,7 @@ impl Engine {
     /// assert_eq!((d.recv, d.range), (r, 0..4));
     /// assert!(d.done.is_some() && e.is_idle());
     /// ```
+    #[inline(always)]
     pub fn send_to_self(&mut self, spec: &SendSpec) -> Result<Option<Deliver>, CallError> {
         Self::check_tag(spec.tag)?;
         let me = self.me;

@@ -114,7 +114,12 @@ pub(crate) enum SendArg {
     Slice(RegionId, usize, usize),
 }
 
-pub(crate) fn start_send(
+/// Starts a send of `arg` to world rank `dest` (a request kept in the library).
+/// `W`: whether the tools' hooks are compiled into this copy ([`tools::Mode`]; the
+/// callers that do not split on the tools' switch pass [`tools::On`], whose hooks
+/// look for the tools).
+#[inline(never)]
+pub(crate) fn start_send<W: tools::Mode>(
     s: &mut progress::State,
     ctx: u32,
     dest: u32,
@@ -152,7 +157,7 @@ pub(crate) fn start_send(
         buf: progress::to_matching(buf),
     };
     let id = s.engine.start_send(spec)?;
-    if let Some(t) = s.tools.as_deref_mut() {
+    if let (true, Some(t)) = (W::ON, s.tools_mut()) {
         t.sent(dest, ctx, tag, len as u64, Some(id));
     }
     if registered {
@@ -166,7 +171,10 @@ pub(crate) fn start_send(
     Ok(Key::Send(id))
 }
 
-pub(crate) fn start_recv(
+/// Posts a receive into `dst` (a request kept in the library); `W` as for
+/// [`start_send`].
+#[inline(never)]
+pub(crate) fn start_recv<W: tools::Mode>(
     s: &mut progress::State,
     ctx: u32,
     source: Src,
@@ -185,7 +193,7 @@ pub(crate) fn start_recv(
         buf: Some(progress::to_matching(buf)),
     };
     let id = s.engine.post_recv(spec)?;
-    if let Some(t) = s.tools.as_deref_mut() {
+    if let (true, Some(t)) = (W::ON, s.tools_mut()) {
         t.posted(id, ctx, source, tag);
     }
     if registered {
@@ -219,13 +227,27 @@ fn send_op(mode: SendMode, immediate: bool) -> Op {
     }
 }
 
-/// A send of `buf` to `rank` of `comm` is about to start in a watched call: with a
-/// check on, its note (race and type checks) goes ahead of it.
+/// What the note of a send of `buf` to `rank` of `comm` is made of, for
+/// [`tools::watched_send`]: with a check on, the note (race and type checks) goes
+/// ahead of the send (none for a send that will fail).
 #[inline(always)]
-fn watch_send<B: Buffer + ?Sized>(comm: &SimpleCommunicator, rank: Rank, tag: Tag, buf: &B) {
-    if tools::checking() {
-        let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
-        note_ahead(comm, rank, tag, ty);
+fn send_note<'b, B: Buffer + ?Sized>(
+    comm: &'b SimpleCommunicator,
+    rank: Rank,
+    tag: Tag,
+    buf: &'b B,
+) -> crate::check::SendNote<
+    impl FnOnce(&progress::State) -> Option<u32> + 'b,
+    impl FnOnce() -> Option<TypeSig> + 'b,
+> {
+    crate::check::SendNote {
+        ctx: comm.ctx,
+        tag,
+        dest: move |s: &progress::State| {
+            let dest = comm.check_rank_in(s, rank).ok().flatten()?;
+            check_tag(tag).is_ok().then_some(dest)
+        },
+        ty: move || type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())),
     }
 }
 
@@ -235,18 +257,6 @@ fn watch_send<B: Buffer + ?Sized>(comm: &SimpleCommunicator, rank: Rank, tag: Ta
 fn expect_type_of<B: BufferMut + ?Sized>(buf: &B) {
     if tools::checking() && crate::check::types::wanted() {
         crate::check::expect_type(type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count())));
-    }
-}
-
-/// The note of a send to `rank` of `comm` (of type signature `ty`) goes ahead of it
-/// (nothing for a send that will fail).
-#[cold]
-#[inline(never)]
-fn note_ahead(comm: &SimpleCommunicator, rank: Rank, tag: Tag, ty: Option<TypeSig>) {
-    if let Ok(Some(dest)) = comm.check_rank(rank) {
-        if check_tag(tag).is_ok() {
-            crate::check::before_send(comm.ctx, dest, tag, ty);
-        }
     }
 }
 
@@ -273,8 +283,8 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     if tools::is_on() {
-        return tools::watched(send_op(mode, false), Location::caller(), || {
-            watch_send(comm, rank, tag, buf);
+        let note = send_note(comm, rank, tag, buf);
+        return tools::watched_send(send_op(mode, false), Location::caller(), note, move || {
             let mode = tools::send_mode(mode);
             send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode)
         });
@@ -300,7 +310,7 @@ fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
         };
         check_tag(tag)?;
         if let (SendMode::Standard, Ok(b)) = (mode, &bytes) {
-            if s.send_now(comm.ctx, dest, tag, b)? {
+            if s.send_now::<W>(comm.ctx, dest, tag, b)? {
                 return Ok(None); // sent and complete
             }
         }
@@ -311,8 +321,9 @@ fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
     };
     let bytes = bytes?;
     transport::mem::lend(&progress::HOST, &bytes, |region| {
-        let key =
-            progress::with(|s| start_send(s, comm.ctx, dest, tag, SendArg::Region(region), mode))?;
+        let key = progress::with(|s| {
+            start_send::<W>(s, comm.ctx, dest, tag, SendArg::Region(region), mode)
+        })?;
         crate::request::finish(progress::wait(key), 0, 0, 0).map(|_| ())
     })
 }
@@ -326,7 +337,7 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
     buf: &mut B,
 ) -> Result<Status> {
     if tools::is_on() {
-        return tools::watched(Op::Recv, Location::caller(), || {
+        return tools::watched(Op::Recv, Location::caller(), move || {
             expect_type_of(buf);
             recv_and_wait::<tools::On, _>(comm, src, tag, buf)
         });
@@ -351,12 +362,13 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     if let Some(bytes) = buf.rsmpi_direct() {
         let cap = bytes.len() as u64;
         return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
-            let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Region(region)))?;
+            let key =
+                progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)))?;
             crate::request::finish(progress::wait(key), cap, elem, ctx)
         });
     }
     let cap = buf.rsmpi_capacity();
-    let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
+    let key = progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
     let st = crate::request::finish(progress::wait(key), cap as u64, elem, ctx)?;
     let data = progress::with(|s| s.owned_done.remove(&key)).unwrap_or_default();
     buf.rsmpi_unpack(&data)?;
@@ -437,8 +449,8 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
-        return tools::watched(send_op(mode, true), Location::caller(), || {
-            watch_send(comm, rank, tag, buf);
+        let note = send_note(comm, rank, tag, buf);
+        return tools::watched_send(send_op(mode, true), Location::caller(), note, move || {
             let mode = tools::send_mode(mode);
             let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
             if let (Ok(r), true) = (&r, tools::checking()) {
@@ -465,14 +477,16 @@ fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     };
     check_tag(tag)?;
     let bytes = buf.rsmpi_send()?;
-    if mode == SendMode::Standard && progress::with(|s| s.send_now(comm.ctx, dest, tag, &bytes))? {
+    if mode == SendMode::Standard
+        && progress::with(|s| s.send_now::<W>(comm.ctx, dest, tag, &bytes))?
+    {
         return Ok(Request::new(sent_pending::<W>(), Data::Shared(buf)));
     }
     let arg = match bytes {
         Cow::Borrowed(b) => SendArg::Region(scope.rsmpi_lend(b)),
         Cow::Owned(v) => SendArg::Packed(v),
     };
-    let key = progress::with(|s| start_send(s, comm.ctx, dest, tag, arg, mode))?;
+    let key = progress::with(|s| start_send::<W>(s, comm.ctx, dest, tag, arg, mode))?;
     Ok(Request::new(
         Pending::new(key, 0, 0, comm.ctx),
         Data::Shared(buf),
@@ -489,7 +503,7 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
     if tools::is_on() {
-        return tools::watched(Op::Irecv, Location::caller(), || {
+        return tools::watched(Op::Irecv, Location::caller(), move || {
             expect_type_of(buf);
             let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
             if let (Ok(r), true) = (&r, tools::checking()) {
@@ -524,7 +538,7 @@ fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
             };
             let cap = s.regions.len(region).unwrap_or(0) as u64;
             Ok(Some((
-                start_recv(s, ctx, src, tag, RecvDst::Region(region))?,
+                start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region))?,
                 cap,
             )))
         })??;
@@ -540,7 +554,7 @@ fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
         return Ok(Request::new(done_pending(None), Data::Shared(buf)));
     };
     let cap = buf.rsmpi_capacity();
-    let key = progress::with(|s| start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
+    let key = progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
     Ok(Request::new(
         Pending::new(key, cap as u64, elem, ctx),
         Data::Unpack(buf, |b, d| b.rsmpi_unpack(d)),
@@ -1117,8 +1131,9 @@ impl<'p> Process<'p> {
                 crate::check::before_send(ctx, dest, tag, ty.clone());
                 mode = tools::send_mode(mode);
             }
-            let key =
-                progress::with(|s| start_send(s, ctx, dest, tag, SendArg::Region(region), mode))?;
+            let key = progress::with(|s| {
+                start_send::<tools::On>(s, ctx, dest, tag, SendArg::Region(region), mode)
+            })?;
             Ok(Pending::new(key, 0, 0, 0))
         };
         crate::request::Persistent {
@@ -1195,8 +1210,9 @@ macro_rules! try_receives {
                     let Some(src) = src else {
                         return Ok(done_pending(None));
                     };
-                    let key =
-                        progress::with(|s| start_recv(s, ctx, src, tg, RecvDst::Region(region)))?;
+                    let key = progress::with(|s| {
+                        start_recv::<tools::On>(s, ctx, src, tg, RecvDst::Region(region))
+                    })?;
                     Ok(Pending::new(key, cap, elem, ctx))
                 };
                 crate::request::Persistent {
@@ -1264,7 +1280,7 @@ impl Message {
             progress::with(|s| -> Result<Key> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
-                if let Some(t) = s.tools.as_deref_mut() {
+                if let Some(t) = s.tools_mut() {
                     // the receive of a message already matched (by a probe, which is
                     // where any wildcard was): not a wildcard receive
                     t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
@@ -1305,7 +1321,7 @@ impl Message {
             progress::with(|s| -> Result<(Key, u64)> {
                 let cap = dst.capacity(&s.regions) as u64;
                 let r = s.engine.mrecv(id, cap)?;
-                if let Some(t) = s.tools.as_deref_mut() {
+                if let Some(t) = s.tools_mut() {
                     // the receive of a message already matched (by a probe, which is
                     // where any wildcard was): not a wildcard receive
                     t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
@@ -1376,7 +1392,7 @@ impl<T: Equivalence> ReceiveFuture<T> {
             Some(src) => {
                 let ctx = comm.ctx;
                 let key = progress::with(|s| {
-                    start_recv(s, ctx, src, tag, RecvDst::Owned(vec![0; size]))
+                    start_recv::<tools::On>(s, ctx, src, tag, RecvDst::Owned(vec![0; size]))
                 })?;
                 Pending::new(key, size as u64, size, ctx)
             }

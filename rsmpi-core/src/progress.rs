@@ -338,13 +338,18 @@ impl Finish<'_> {
     /// Copies a delivery's payload (`data`, its range of the message) into its
     /// receive's buffer; completes the receive if the delivery carries its completion.
     #[inline(always)]
-    fn deliver(&mut self, d: matching::Deliver, data: &[u8]) -> std::result::Result<(), String> {
+    /// `W`: whether the tools' hook is compiled into this copy ([`crate::tools::Mode`]).
+    fn deliver<W: crate::tools::Mode>(
+        &mut self,
+        d: matching::Deliver,
+        data: &[u8],
+    ) -> std::result::Result<(), String> {
         let dst = self
             .recvs
             .deliver(d.recv, self.regions, data, d.done)
             .map_err(|()| format!("no buffer for receive {:?}", d.recv))?;
         if let Some(outcome) = d.done {
-            self.finished(d.recv, outcome, dst);
+            self.finished::<W>(d.recv, outcome, dst);
         }
         Ok(())
     }
@@ -352,8 +357,13 @@ impl Finish<'_> {
     /// Receive `recv` completed with `outcome` (its slot already holds it); `dst` is
     /// where its message went.
     #[inline(always)]
-    fn finished(&mut self, recv: RecvId, outcome: RecvOutcome, dst: Option<RecvDst>) {
-        if let Some(t) = self.tools.as_deref_mut() {
+    fn finished<W: crate::tools::Mode>(
+        &mut self,
+        recv: RecvId,
+        outcome: RecvOutcome,
+        dst: Option<RecvDst>,
+    ) {
+        if let (true, Some(t)) = (W::ON, crate::tools::of(self.tools)) {
             t.received(recv, &outcome);
         }
         match dst {
@@ -424,6 +434,13 @@ pub(crate) fn uninstall() -> Option<State> {
 }
 
 impl State {
+    /// The tools, while any is on; never in a build with the tools compiled out
+    /// (`--cfg rsmpi_tools_out`, the build `benches/callgrind.sh` compares with).
+    #[inline(always)]
+    pub(crate) fn tools_mut(&mut self) -> Option<&mut crate::tools::Tools> {
+        crate::tools::of(&mut self.tools)
+    }
+
     pub fn rank(&self) -> Rank {
         self.engine.rank()
     }
@@ -525,7 +542,7 @@ impl State {
             match engine.handle(from, bytes) {
                 Ok(Some(d)) => {
                     let data = &bytes[d.range.clone()];
-                    if let Err(e) = fin.deliver(d, data) {
+                    if let Err(e) = fin.deliver::<crate::tools::On>(d, data) {
                         err = Some(e);
                     }
                 }
@@ -567,7 +584,7 @@ impl State {
         // all of it is in the buffer: a completion handed back with it applies now
         if let Some(outcome) = d.done {
             let dst = fin.recvs.complete(d.recv, outcome);
-            fin.finished(d.recv, outcome, dst);
+            fin.finished::<crate::tools::On>(d.recv, outcome, dst);
         }
         Ok(None)
     }
@@ -646,7 +663,20 @@ impl State {
     /// The fast path of a standard send (see [`Engine::send_now`]): if the message can
     /// leave at once with its payload, transmits it from `bytes` and returns true (the
     /// send is complete); otherwise changes nothing and returns false.
-    pub fn send_now(&mut self, ctx: u32, dest: u32, tag: i32, bytes: &[u8]) -> Result<bool> {
+    ///
+    /// `W`: whether the tools' hooks are compiled into this copy ([`tools::Mode`]):
+    /// the unwatched copy of a call passes [`tools::Off`], and has none.
+    ///
+    /// [`tools::Mode`]: crate::tools::Mode
+    /// [`tools::Off`]: crate::tools::Off
+    #[inline(never)]
+    pub fn send_now<W: crate::tools::Mode>(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        bytes: &[u8],
+    ) -> Result<bool> {
         let spec = matching::SendSpec {
             dest,
             tag,
@@ -656,11 +686,11 @@ impl State {
             // only read by rendezvous, which the fast path never takes
             buf: matching::RemoteBuf::default(),
         };
-        if dest == self.engine.rank() && self.tools.is_none() {
+        if dest == self.engine.rank() && !(W::ON && self.tools_mut().is_some()) {
             // straight into a posted receive that takes it, if one does (not with a
             // tool on: the tools follow messages through the transport)
             if let Some(d) = self.engine.send_to_self(&spec)? {
-                self.deliver_to_self(d, bytes);
+                self.deliver_to_self::<W>(d, bytes);
                 return Ok(true);
             }
         }
@@ -674,7 +704,7 @@ impl State {
                 .try_send(dest, header.as_bytes(), &bytes[..len as usize])
             {
                 Ok(()) => {
-                    if let Some(t) = self.tools.as_deref_mut() {
+                    if let (true, Some(t)) = (W::ON, self.tools_mut()) {
                         t.sent(dest, ctx, tag, bytes.len() as u64, None);
                     }
                     return Ok(true);
@@ -688,10 +718,10 @@ impl State {
     /// Copies a send to this rank into the receive that took it
     /// ([`Engine::send_to_self`]) and completes that receive.
     #[inline(always)]
-    fn deliver_to_self(&mut self, d: matching::Deliver, bytes: &[u8]) {
+    fn deliver_to_self<W: crate::tools::Mode>(&mut self, d: matching::Deliver, bytes: &[u8]) {
         let (_, _, mut fin) = self.parts();
         let data = &bytes[d.range.clone()];
-        if let Err(e) = fin.deliver(d, data) {
+        if let Err(e) = fin.deliver::<W>(d, data) {
             self.fatal("send to self", &e);
         }
         self.unexpose_finished();
@@ -895,11 +925,11 @@ impl State {
                 Output::RecvDone { recv, outcome } => {
                     let (_, _, mut fin) = self.parts();
                     let dst = fin.recvs.complete(recv, outcome);
-                    fin.finished(recv, outcome, dst);
+                    fin.finished::<crate::tools::On>(recv, outcome, dst);
                     self.unexpose_finished();
                 }
                 Output::SendDone { send, outcome } => {
-                    if let Some(t) = self.tools.as_deref_mut() {
+                    if let Some(t) = self.tools_mut() {
                         t.send_done(send);
                     }
                     match self.send_src.get(&send) {

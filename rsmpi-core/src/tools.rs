@@ -38,14 +38,26 @@ pub(crate) fn set_sync_sends() {
 /// Whether any tool is on in this process.
 #[inline(always)]
 pub(crate) fn is_on() -> bool {
-    ON.load(Ordering::Relaxed)
+    !cfg!(rsmpi_tools_out) && ON.load(Ordering::Relaxed)
 }
 
 /// Whether any check (`RSMPI_CHECK`) is on: the checks' hooks (the notes, the
 /// type signatures, the requests' records) are skipped when only the tracer is.
 #[inline(always)]
 pub(crate) fn checking() -> bool {
-    CHECKING.load(Ordering::Relaxed)
+    !cfg!(rsmpi_tools_out) && CHECKING.load(Ordering::Relaxed)
+}
+
+/// The tools in `t` (the library state's), while any is on; never in a build with
+/// the tools compiled out (`RUSTFLAGS="--cfg rsmpi_tools_out"`), which
+/// `benches/callgrind.sh` counts next to the normal build: the hooks are gone from
+/// it, so the difference is what the tools cost when off.
+#[inline(always)]
+pub(crate) fn of(t: &mut Option<Box<Tools>>) -> Option<&mut Tools> {
+    if cfg!(rsmpi_tools_out) {
+        return None;
+    }
+    t.as_deref_mut()
 }
 
 /// The tools of this rank, in the library state while any is on.
@@ -64,6 +76,25 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
+    /// The user's MPI call `op`, made at `site`, begins ([`enter`], in a visit to the
+    /// library state of the caller's).
+    #[inline(always)]
+    pub fn enter(&mut self, op: Op, site: &'static std::panic::Location<'static>) {
+        if self.busy {
+            return;
+        }
+        if self.depth == 0 {
+            self.call = crate::check::Call {
+                op: Some(op),
+                site: Some(site),
+            };
+        }
+        self.depth += 1;
+        if let Some(t) = &mut self.trace {
+            t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0);
+        }
+    }
+
     /// A message of `bytes` bytes left for world rank `dest`.
     #[cold]
     #[inline(never)]
@@ -196,6 +227,13 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
     let checks = crate::check::settings()?;
     if trace.is_none() && !checks.any() {
         return Ok(());
+    }
+    if cfg!(rsmpi_tools_out) {
+        return Err(crate::Error::Setting(
+            "RSMPI_TRACE / RSMPI_CHECK: this build has the tools compiled out \
+             (--cfg rsmpi_tools_out, a build for measuring what the tools cost when off)"
+                .into(),
+        ));
     }
     progress::with(|s| s.tools = Some(Box::default()));
     ON.store(true, Ordering::Relaxed);
@@ -333,6 +371,34 @@ pub(crate) fn watched<R>(
     r
 }
 
+/// [`watched`] for a send (`op`, made at `site`) to world rank `dest` (found by
+/// `dest` in the library state: `None` for a send that will fail or goes nowhere) on
+/// context `ctx` with `tag` and type signature `ty`: with a check on, the call's
+/// enter, the rank's and tag's checks and the send's note (`check::enter_send`) take
+/// one visit to the library state, not three.
+#[cold]
+#[inline(never)]
+pub(crate) fn watched_send<R>(
+    op: Op,
+    site: &'static std::panic::Location<'static>,
+    note: crate::check::SendNote<
+        impl FnOnce(&progress::State) -> Option<u32>,
+        impl FnOnce() -> Option<crate::check::types::TypeSig>,
+    >,
+    f: impl FnOnce() -> R,
+) -> R {
+    if !checking() {
+        crate::trace::enter(op);
+        let r = f();
+        crate::trace::leave(op);
+        return r;
+    }
+    crate::check::enter_send(op, site, note);
+    let r = f();
+    leave(op);
+    r
+}
+
 /// An MPI call in progress, for the calls off the per-message path (collectives,
 /// probes, sync points): the tools see it begin when it is made and end when this
 /// is dropped.
@@ -365,21 +431,7 @@ impl Drop for Call {
 #[cold]
 #[inline(never)]
 pub(crate) fn enter(op: Op, site: &'static std::panic::Location<'static>) {
-    with(|t| {
-        if t.busy {
-            return;
-        }
-        if t.depth == 0 {
-            t.call = crate::check::Call {
-                op: Some(op),
-                site: Some(site),
-            };
-        }
-        t.depth += 1;
-        if let Some(t) = &mut t.trace {
-            t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0);
-        }
-    });
+    with(|t| t.enter(op, site));
 }
 
 /// The MPI call `op` ends.

@@ -275,19 +275,29 @@ impl Ids {
     /// Room the heap list is first given.
     const SPILL: usize = 128;
 
+    /// Inlined: its common case is three instructions, and a scope's lending
+    /// exists twice on the per-message path (the calls' watched and unwatched copies,
+    /// `rsmpi::tools::Mode`), which would otherwise keep it out of line.
+    #[inline(always)]
     fn push(&mut self, id: RegionId) {
         if self.n < Self::INLINE {
             self.inline[self.n] = id;
             self.n += 1;
         } else {
-            if self.heap.is_empty() {
-                // one allocation for a window of requests (the message-rate
-                // benchmarks' 64), not one per doubling from 4
-                self.heap.reserve(Self::SPILL);
-                self.heap.extend_from_slice(&self.inline);
-            }
-            self.heap.push(id);
+            self.spill(id);
         }
+    }
+
+    /// [`Self::push`] past the inline room (a window of requests in one scope).
+    #[inline(never)]
+    fn spill(&mut self, id: RegionId) {
+        if self.heap.is_empty() {
+            // one allocation for a window of requests (the message-rate
+            // benchmarks' 64), not one per doubling from 4
+            self.heap.reserve(Self::SPILL);
+            self.heap.extend_from_slice(&self.inline);
+        }
+        self.heap.push(id);
     }
 
     fn as_slice(&self) -> &[RegionId] {

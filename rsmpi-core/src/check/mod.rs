@@ -859,6 +859,7 @@ impl Notes {
     /// to tell what a rank sent before a receive from what it sent after it. So a
     /// rank that sends without receiving, as each sender in MPIRace-Check's Table 2
     /// does, keeps its clock, and one note covers its consecutive messages.
+    #[inline(always)]
     fn add_note(&mut self, ctx: u32, dest: u32, tag: i32, call: Call, ty: Option<&TypeSig>) -> u32 {
         let seq = self.sent.next((dest, ctx, tag));
         let own = self.clock.get(self.me as usize).copied().unwrap_or(0);
@@ -1052,48 +1053,105 @@ impl Notes {
     }
 }
 
-/// Before a message of a user communicator, of type signature `ty`, leaves for world
-/// rank `dest`: its note goes ahead of it, with up to [`BATCH`] others to `dest`.
+/// What the note of a send is made of: its context and tag, its destination's world
+/// rank (`dest`, found in the library state: `None` when the send will fail or goes
+/// to `PROC_NULL`, and then it has no note) and its type signature (`ty`, when the
+/// type check wants it).
+pub(crate) struct SendNote<D, T> {
+    pub ctx: u32,
+    pub tag: i32,
+    pub dest: D,
+    pub ty: T,
+}
+
+/// What adding a send's note led to.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Added {
+    /// No note (a tool's own send, or no race or type check).
+    No,
+    /// Receives are waiting for their checks: they go first (the note carries this
+    /// rank's clock, which must hold every message received before it).
+    Behind,
+    /// The note is held back with the others for its rank.
+    Held,
+    /// The notes held for its rank cover a batch: they leave now.
+    Full,
+}
+
+/// Adds the note of a send to world rank `dest` (`first`: unless receives are
+/// waiting for their checks).
+#[inline(always)]
+fn add_in(
+    t: &mut tools::Tools,
+    ctx: u32,
+    dest: u32,
+    tag: i32,
+    ty: Option<&TypeSig>,
+    first: bool,
+) -> Added {
+    if t.busy {
+        return Added::No;
+    }
+    let call = t.call;
+    let Some(r) = t.notes.as_mut() else {
+        return Added::No;
+    };
+    if first && !r.events.is_empty() {
+        return Added::Behind;
+    }
+    match r.add_note(ctx, dest, tag, call, ty) >= BATCH {
+        true => Added::Full,
+        false => Added::Held,
+    }
+}
+
+/// Adds the note that goes ahead of a send of context `ctx` to world rank `dest`.
+/// The receives still waiting for their checks are checked first (a visit of their
+/// own, rare), and a full batch is sent in a visit of its own.
 #[cold]
 #[inline(never)]
 pub(crate) fn before_send(ctx: u32, dest: u32, tag: i32, ty: Option<TypeSig>) {
     if ctx & INTERNAL != 0 {
         return;
     }
-    // the note carries this rank's clock, which must hold every message received
-    // before it: the receives still waiting for their notes are checked first, and
-    // the note added in a second visit. The visits return a small value: what to do
-    // next (`Added`), the batch is taken in a visit of its own.
-    #[derive(PartialEq, Eq)]
-    enum Added {
-        No,
-        Behind,
-        Held,
-        Full,
-    }
     let ty = ty.as_ref();
-    let add = |t: &mut tools::Tools, first: bool| {
-        if t.busy {
-            return Added::No;
-        }
-        let call = t.call;
-        let Some(r) = t.notes.as_mut() else {
-            return Added::No;
-        };
-        if first && !r.events.is_empty() {
-            return Added::Behind;
-        }
-        match r.add_note(ctx, dest, tag, call, ty) >= BATCH {
-            true => Added::Full,
-            false => Added::Held,
-        }
-    };
-    let mut added = tools::with(|t| add(t, true));
-    if added == Some(Added::Behind) {
-        check_events(true);
-        added = tools::with(|t| add(t, false));
+    let added = tools::with(|t| add_in(t, ctx, dest, tag, ty, true));
+    after_add(added.unwrap_or(Added::No), ctx, dest, tag, ty);
+}
+
+/// The watched send `op` made at `site` begins: the call's enter, its destination
+/// found and its note added ([`before_send`]) in one visit to the library state.
+pub(crate) fn enter_send(
+    op: Op,
+    site: &'static Location<'static>,
+    note: SendNote<
+        impl FnOnce(&crate::progress::State) -> Option<u32>,
+        impl FnOnce() -> Option<TypeSig>,
+    >,
+) {
+    let SendNote { ctx, tag, dest, ty } = note;
+    let ty = ty();
+    let ty = ty.as_ref();
+    let added = crate::progress::try_with(|s| {
+        let dest = dest(s).filter(|_| ctx & INTERNAL == 0);
+        let t = s.tools.as_deref_mut()?;
+        t.enter(op, site);
+        dest.map(|d| (d, add_in(t, ctx, d, tag, ty, true)))
+    });
+    if let Ok(Some((dest, added))) = added {
+        after_add(added, ctx, dest, tag, ty);
     }
-    if added == Some(Added::Full) {
+}
+
+/// What follows a note's addition: the receives that were waiting are checked and
+/// the note added again, a full batch sent.
+#[inline(always)]
+fn after_add(mut added: Added, ctx: u32, dest: u32, tag: i32, ty: Option<&TypeSig>) {
+    if added == Added::Behind {
+        check_events(true);
+        added = tools::with(|t| add_in(t, ctx, dest, tag, ty, false)).unwrap_or(Added::No);
+    }
+    if added == Added::Full {
         send_held(dest);
     }
 }

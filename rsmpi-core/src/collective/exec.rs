@@ -278,11 +278,19 @@ impl Exec {
                         let bytes = &s.regions.slice(id).expect("buffer")[off..off + len];
                         self.scratch.clear();
                         self.scratch.extend_from_slice(bytes);
-                        sent = s.send_now(ctx, dest, self.tag, &self.scratch)?;
+                        sent =
+                            s.send_now::<crate::tools::On>(ctx, dest, self.tag, &self.scratch)?;
                     }
                     if !sent {
                         let arg = SendArg::Slice(id, off, len);
-                        let k = start_send(s, ctx, dest, self.tag, arg, SendMode::Standard)?;
+                        let k = start_send::<crate::tools::On>(
+                            s,
+                            ctx,
+                            dest,
+                            self.tag,
+                            arg,
+                            SendMode::Standard,
+                        )?;
                         self.posted.push((k, None));
                     }
                 }
@@ -294,7 +302,13 @@ impl Exec {
                 } => {
                     let src = s.world_rank(ctx, from as i32);
                     let dst = RecvDst::Slice(self.bufs[buf.0 as usize], off, len);
-                    let k = start_recv(s, ctx, Source::Rank(src), TagSel::Tag(self.tag), dst)?;
+                    let k = start_recv::<crate::tools::On>(
+                        s,
+                        ctx,
+                        Source::Rank(src),
+                        TagSel::Tag(self.tag),
+                        dst,
+                    )?;
                     self.posted.push((k, Some((buf.0 as usize, len))));
                 }
                 Step::Fence => {
