@@ -360,14 +360,21 @@ pub(crate) fn watched<R>(
     f: impl FnOnce() -> R,
 ) -> R {
     if !checking() {
-        crate::trace::enter(op);
-        let r = f();
-        crate::trace::leave(op);
-        return r;
+        return traced(op, f);
     }
     enter(op, site);
     let r = f();
     leave(op);
+    r
+}
+
+/// `f`, the watched copy of the MPI call `op`, with the tracer alone on: between its
+/// two records and nothing else.
+#[inline(always)]
+fn traced<R>(op: Op, f: impl FnOnce() -> R) -> R {
+    crate::trace::enter(op);
+    let r = f();
+    crate::trace::leave(op);
     r
 }
 
@@ -388,10 +395,7 @@ pub(crate) fn watched_send<R>(
     f: impl FnOnce() -> R,
 ) -> R {
     if !checking() {
-        crate::trace::enter(op);
-        let r = f();
-        crate::trace::leave(op);
-        return r;
+        return traced(op, f);
     }
     crate::check::enter_send(op, site, note);
     let r = f();
