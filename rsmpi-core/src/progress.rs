@@ -337,8 +337,8 @@ pub(crate) struct Finish<'a> {
 impl Finish<'_> {
     /// Copies a delivery's payload (`data`, its range of the message) into its
     /// receive's buffer; completes the receive if the delivery carries its completion.
-    #[inline(always)]
     /// `W`: whether the tools' hook is compiled into this copy ([`crate::tools::Mode`]).
+    #[inline(always)]
     fn deliver<W: crate::tools::Mode>(
         &mut self,
         d: matching::Deliver,
