@@ -125,6 +125,35 @@ struct RecvState {
     stage: RStage,
 }
 
+/// What matching an incoming send needs of the receive it takes, read in place: on
+/// the per-message path the whole [`RecvState`] (over 100 bytes) was copied out of its
+/// slot and moved again.
+#[derive(Clone, Copy)]
+struct Taken {
+    source: Source,
+    ctx: Ctx,
+    cap: u64,
+    blocker: bool,
+    /// The advertisement (`k`) of a receive still posted, if it was advertised.
+    adv: Option<u64>,
+}
+
+impl RecvState {
+    #[inline(always)]
+    fn taken(&self) -> Taken {
+        Taken {
+            source: self.source,
+            ctx: self.ctx,
+            cap: self.cap,
+            blocker: self.blocker,
+            adv: match self.stage {
+                RStage::Posted { adv, .. } => adv,
+                RStage::Fetching { .. } => None,
+            },
+        }
+    }
+}
+
 /// How a send's message travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Path {
@@ -408,8 +437,19 @@ impl Engine {
         }
     }
 
-    #[inline]
+    /// Transmits what waits in `to`'s outbox as far as the credits go. Always inlined,
+    /// with the loop out of line: the outbox is empty on the per-message path, and
+    /// inlined whole into [`Self::handle`], the loop and the credit message
+    /// ([`Self::consumed`]) took the receive path's registers.
+    #[inline(always)]
     fn flush(&mut self, to: Rank) {
+        if !self.peers[to as usize].outbox.is_empty() {
+            self.flush_outbox(to);
+        }
+    }
+
+    #[inline(never)]
+    fn flush_outbox(&mut self, to: Rank) {
         while let Some(q) = self.peers[to as usize].outbox.front() {
             if self.peers[to as usize].credits < self.cost(q) {
                 break;
@@ -434,39 +474,47 @@ impl Engine {
     /// owed, or tells `from` how far it has read once `low_water` send requests have
     /// come since it last did (rule 13): credits that ride back on messages carry no
     /// `m`, and without it `from` would keep every send request for crossing replays.
-    #[inline]
+    /// Always inlined, with the credit message out of line (see [`Self::flush`]).
+    #[inline(always)]
     fn consumed(&mut self, from: Rank, cost: u32) {
         let lw = self.cfg.low_water;
         let tell = !self.closing;
         let p = &mut self.peers[from as usize];
         p.owed += cost;
         if p.owed >= lw || (tell && p.sendreq_seen - p.told >= u64::from(lw)) {
-            let credit = std::mem::take(&mut p.owed);
-            // The credit overtakes whatever waits in the outbox, so its `m` must not
-            // run ahead of a receive request still waiting there: the peer forgets
-            // send requests up to `m`, and that request's crossing replay needs them.
-            let m = p
-                .outbox
-                .iter()
-                .find_map(|q| match q {
-                    Queued::Ctrl {
-                        msg: Ctrl::RecvReq { m, .. },
-                        ..
-                    } => Some(*m),
-                    _ => None,
-                })
-                .unwrap_or(p.sendreq_seen);
-            p.told = p.sendreq_seen;
-            let header = wire::encode(&Frame {
-                credit,
-                msg: Ctrl::Credit { m },
-            });
-            self.out.push_back(Output::Transmit {
-                to: from,
-                header,
-                payload: None,
-            });
+            self.credit_back(from);
         }
+    }
+
+    /// Returns `from`'s owed credits in a message of their own ([`Self::consumed`]).
+    #[inline(never)]
+    fn credit_back(&mut self, from: Rank) {
+        let p = &mut self.peers[from as usize];
+        let credit = std::mem::take(&mut p.owed);
+        // The credit overtakes whatever waits in the outbox, so its `m` must not
+        // run ahead of a receive request still waiting there: the peer forgets
+        // send requests up to `m`, and that request's crossing replay needs them.
+        let m = p
+            .outbox
+            .iter()
+            .find_map(|q| match q {
+                Queued::Ctrl {
+                    msg: Ctrl::RecvReq { m, .. },
+                    ..
+                } => Some(*m),
+                _ => None,
+            })
+            .unwrap_or(p.sendreq_seen);
+        p.told = p.sendreq_seen;
+        let header = wire::encode(&Frame {
+            credit,
+            msg: Ctrl::Credit { m },
+        });
+        self.out.push_back(Output::Transmit {
+            to: from,
+            header,
+            payload: None,
+        });
     }
 
     /// The send waiting for a reply to send request `i` from `from`, if `from` can
@@ -716,8 +764,14 @@ impl Engine {
     }
 
     fn outcome(st: &RecvState, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {
-        let len = msg_len.min(st.cap);
-        let truncated_from = (msg_len > st.cap).then_some(msg_len);
+        Self::outcome_in(st.cap, source, tag, msg_len)
+    }
+
+    /// [`Self::outcome`] for a receive of capacity `cap`.
+    #[inline(always)]
+    fn outcome_in(cap: u64, source: Rank, tag: Tag, msg_len: u64) -> (u64, RecvOutcome) {
+        let len = msg_len.min(cap);
+        let truncated_from = (msg_len > cap).then_some(msg_len);
         (
             len,
             RecvOutcome::Received {
@@ -1311,16 +1365,16 @@ impl Engine {
                     // completes it here, so its state goes at once
                     let st = if body == Body::Eager {
                         self.recvs
-                            .take_if(&r, |s| Some(*s))
+                            .take_if(&r, |s| Some(s.taken()))
                             .expect("posted receive")
                     } else {
-                        self.recvs[&r]
+                        self.recvs[&r].taken()
                     };
-                    self.unadvertise(&st);
-                    if let RStage::Posted { adv: Some(_), .. } = st.stage {
+                    if let Some(k) = st.adv {
+                        self.forget_advertised(st.source, k);
                         self.advertisement_outcome(from, true);
                     }
-                    let (dlen, outcome) = Self::outcome(&st, from, tag, len);
+                    let (dlen, outcome) = Self::outcome_in(st.cap, from, tag, len);
                     if (flags.sync || flags.ready) && body == Body::Eager {
                         self.ctrl(from, Ctrl::Ack { i });
                     }

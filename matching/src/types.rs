@@ -242,7 +242,12 @@ impl Config {
 
     /// Credits a message with `payload` bytes of payload costs (the sender and the
     /// receiver both compute it from the payload length).
+    #[inline]
     pub fn credit_cost(&self, payload: u64) -> u32 {
+        if payload < self.credit_unit {
+            // a small message, the common case: no division on the per-message path
+            return 1;
+        }
         match payload.checked_div(self.credit_unit) {
             None => 1,
             Some(units) => {
@@ -358,5 +363,38 @@ impl fmt::Display for Stats {
             self.paused,
             self.credit_stalls
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    /// A message's credit cost: one below the unit (no division), `1 + p / U` above,
+    /// capped at `credits - low_water + 1`; one always without a unit.
+    #[test]
+    fn credit_cost() {
+        let none = Config::default();
+        assert_eq!(none.credit_unit, 0);
+        for p in [0, 1, 63, 64, 1 << 20] {
+            assert_eq!(none.credit_cost(p), 1, "no unit, {p} bytes");
+        }
+        let c = Config {
+            credit_unit: 64,
+            credits: 32,
+            low_water: 16,
+            ..Config::default()
+        };
+        for (p, cost) in [
+            (0, 1),
+            (1, 1),
+            (63, 1),
+            (64, 2),
+            (127, 2),
+            (128, 3),
+            (1 << 20, 17),
+        ] {
+            assert_eq!(c.credit_cost(p), cost, "unit 64, {p} bytes");
+        }
     }
 }
