@@ -36,8 +36,10 @@
 pub mod chrome;
 pub mod format;
 
+use std::cell::Cell;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use format::{Kind, Op, Record, RECORD};
 use matching::{RecvId, RecvOutcome};
@@ -56,26 +58,16 @@ const PER_CHUNK: usize = 1638;
 const MIN_BUFFER: usize = 4096;
 
 /// Records in the stage, the small buffer the newest records go to.
-const STAGE: usize = 64;
+const STAGE_LEN: usize = 64;
 
 /// One rank's tracer, kept in the library state while tracing.
 pub(crate) struct Tracer {
     file: std::fs::File,
-    /// The time source: the CPU's time-stamp counter where it is invariant,
-    /// calibrated against the monotonic clock (8–13 ns a read here, against 16–35 ns
-    /// for `Instant`; `docs/tools.md`, "Cost"), and the reading at the start. The
-    /// buffered records hold the counter's raw readings; they become nanoseconds
-    /// since `raw0` when written.
-    clock: quanta::Clock,
+    /// The time source ([`clock`]), and its reading at the start. The buffered
+    /// records hold the counter's raw readings; they become nanoseconds since `raw0`
+    /// when written.
+    clock: &'static quanta::Clock,
     raw0: u64,
-    /// The newest records: a record is appended here, to memory that stays in the
-    /// cache, and the stage is copied to `cur` when full. Appended straight to the
-    /// chunks, each record written to a line not in the cache, and a small
-    /// message's latency traced rose by ~40 ns (`docs/tools.md`, "Cost").
-    stage: Vec<Record>,
-    /// The length of `stage` at which [`Self::spill`] runs: [`STAGE`], or less where
-    /// the chunk or the hard cap ends sooner.
-    stage_room: usize,
     /// Full chunks, oldest first, and the one being filled: records as they are
     /// (encoded only when written).
     chunks: Vec<Vec<Record>>,
@@ -96,9 +88,8 @@ pub(crate) struct Tracer {
     /// at the buffer (the peak and the hard cap are checked there, not at every
     /// record).
     room: usize,
+    /// Records moved out of the stage so far.
     records: u64,
-    /// Off while the tracer's own traffic runs.
-    recording: bool,
     epoch: u32,
     /// Messages sent / received so far on each channel (peer, context, tag).
     sent: Channels,
@@ -106,11 +97,6 @@ pub(crate) struct Tracer {
     /// Contexts of the receives posted while recording, until they complete.
     recv_ctx: matching::OneMap<RecvId, u32>,
     tool: SimpleCommunicator,
-    /// The last timestamp taken (raw); whether the last record is an `Enter`; how
-    /// many `Recv` records at the end of the buffer still wait for their time.
-    last_ts: u64,
-    after_enter: bool,
-    unstamped: usize,
     /// Writing failed: the trace stops (and says so once).
     failed: bool,
 }
@@ -128,80 +114,55 @@ impl Tracer {
 
     /// Bytes of events held.
     fn buffered(&self) -> usize {
-        (self.chunks.len() * PER_CHUNK + self.cur.len() + self.stage.len()) * RECORD
+        (self.chunks.len() * PER_CHUNK + self.cur.len() + staged()) * RECORD
     }
 
-    /// Appends a record of the time now (see below for `Send` and `Recv`).
+    /// Appends a record of the time now (see [`Stage::push`] for `Send` and `Recv`),
+    /// if recording.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn push(&mut self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
-        if !self.recording {
-            return;
-        }
-        // a clock read costs ~8 ns here, a tenth of a small message's latency: a
-        // send right after its call's enter shares the enter's time, and a completed
-        // receive takes the time of the next record (the leave of the call that
-        // completed it), stamped when that one is taken
-        let ts = match kind {
-            Kind::Send if self.after_enter => self.last_ts,
-            Kind::Recv => {
-                self.unstamped += 1;
-                u64::MAX
-            }
-            _ => self.clock.raw(),
-        };
-        self.push_at(ts, kind, op, a, b, c, d, e);
-        self.after_enter = kind == Kind::Enter;
-    }
-
-    /// Gives the receives recorded since the last timestamp the (raw) time `now`.
-    fn stamp_pending(&mut self, now: u64) {
-        let n = std::mem::take(&mut self.unstamped);
-        if let (1, Some(r)) = (n, self.stage.last_mut()) {
-            // the common case: one receive, the stage's last record
-            r.ts = now;
-            return;
-        }
-        let bufs = [&mut self.stage, &mut self.cur]
-            .into_iter()
-            .chain(self.chunks.iter_mut().rev());
-        for r in bufs.flat_map(|b| b.iter_mut().rev()).take(n) {
-            r.ts = now;
-        }
-    }
-
-    /// Appends a record of the (raw) time `ts`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn push_at(&mut self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
-        if kind != Kind::Recv {
-            if self.unstamped > 0 {
-                self.stamp_pending(ts);
-            }
-            self.last_ts = ts;
-        }
-        self.stage.push(Record {
-            ts,
-            kind,
-            op,
-            a,
-            b,
-            c,
-            d,
-            e,
-        });
-        self.records += 1;
-        if self.stage.len() >= self.stage_room {
+        if STAGE.with(|s| s.push(kind, op, a, b, c, d, e)) {
             self.spill();
         }
+    }
+
+    /// Appends a record of the (raw) time `ts`, recording or not (the tracer's own
+    /// records).
+    #[allow(clippy::too_many_arguments)]
+    fn push_at(&mut self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) {
+        if STAGE.with(|s| s.push_at(ts, kind, op, a, b, c, d, e)) {
+            self.spill();
+        }
+    }
+
+    /// Whether records are taken: off while the tracer's own traffic runs.
+    fn recording(&self) -> bool {
+        STAGE.with(|s| s.recording.get())
+    }
+
+    fn set_recording(&mut self, on: bool) {
+        STAGE.with(|s| s.recording.set(on));
+    }
+
+    /// Moves the stage's records to the chunk being filled, the receives among them
+    /// that still wait for their time stamped now.
+    fn take_stage(&mut self) {
+        STAGE.with(|s| {
+            if s.unstamped.get() > 0 {
+                s.stamp(self.clock.raw());
+            }
+            let n = s.len.replace(0);
+            self.cur.extend(s.recs[..n].iter().map(Cell::get));
+            self.records += n as u64;
+        });
     }
 
     /// Moves the stage to the chunk being filled.
     #[cold]
     #[inline(never)]
     fn spill(&mut self) {
-        self.cur.extend_from_slice(&self.stage);
-        self.stage.clear();
+        self.take_stage();
         if self.cur.len() >= self.room {
             self.full();
         }
@@ -223,7 +184,7 @@ impl Tracer {
             self.chunks.push(std::mem::replace(&mut self.cur, next));
         }
         self.set_rooms();
-        if held >= self.hard && self.recording {
+        if held >= self.hard && self.recording() {
             // no collective in sight: write alone, and say so
             let t = self.clock.raw();
             self.write();
@@ -236,7 +197,8 @@ impl Tracer {
     /// Sets how far the chunk being filled and the stage may grow.
     fn set_rooms(&mut self) {
         self.room = self.room();
-        self.stage_room = STAGE.min(self.room.saturating_sub(self.cur.len()));
+        let room = STAGE_LEN.min(self.room.saturating_sub(self.cur.len()));
+        STAGE.with(|s| s.room.set(room));
     }
 
     /// How far (in records) the chunk being filled may grow before [`Self::full`]
@@ -251,17 +213,14 @@ impl Tracer {
         if self.failed {
             self.chunks.clear();
             self.cur.clear();
-            self.stage.clear();
+            STAGE.with(Stage::clear);
             self.set_rooms();
             return;
         }
-        let now = self.clock.raw();
-        self.stamp_pending(now);
         #[cfg(feature = "fault-injection")]
         crate::fault::slow_trace_write();
         let mut res = Ok(());
-        self.cur.extend_from_slice(&self.stage);
-        self.stage.clear();
+        self.take_stage();
         let mut chunks = std::mem::take(&mut self.chunks);
         chunks.push(std::mem::take(&mut self.cur));
         for mut c in chunks.drain(..) {
@@ -281,7 +240,7 @@ impl Tracer {
         if let Err(e) = res {
             // a trace with a hole is worse than none: say so and stop tracing
             eprintln!("rsmpi: RSMPI_TRACE: writing the trace failed ({e}); tracing stops");
-            self.recording = false;
+            self.set_recording(false);
             self.failed = true;
         }
     }
@@ -301,16 +260,21 @@ impl Tracer {
 
     /// A message of `bytes` bytes left for world rank `dest`.
     pub fn send(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64) {
-        if !self.recording {
-            return;
+        let sent = &mut self.sent;
+        let full = STAGE.with(|s| {
+            s.recording.get() && {
+                let seq = sent.next((dest, ctx, tag));
+                s.push(Kind::Send, 0, dest, tag, ctx, bytes, seq)
+            }
+        });
+        if full {
+            self.spill();
         }
-        let seq = self.sent.next((dest, ctx, tag));
-        self.push(Kind::Send, 0, dest, tag, ctx, bytes, seq);
     }
 
     /// A receive was posted on context `ctx`.
     pub fn posted(&mut self, id: RecvId, ctx: u32) {
-        if self.recording {
+        if self.recording() {
             self.recv_ctx.insert(id, ctx);
         }
     }
@@ -340,6 +304,172 @@ impl Tracer {
         }
     }
 }
+
+thread_local! {
+    /// This thread's newest records (the tracer lives in the library state, which is
+    /// this thread's too). A record is appended here, to memory that stays in the
+    /// cache, and the stage is moved to the tracer's chunks when full: appended
+    /// straight to the chunks, each record landed on a line not in the cache, and a
+    /// small message's latency traced rose by ~40 ns. The stage is kept apart from the
+    /// library state, in cells with no destructor, so that making a record is a store
+    /// at a fixed thread-local address: no visit to the library state (its borrow, the
+    /// tools' box, the tracer's option, the stage's vector), which took a traced
+    /// message's one-way time from 0.20–0.21 to 0.19–0.20 µs here
+    /// (`docs/performance.md`, "Tools on, twelfth round").
+    static STAGE: Stage = const { Stage::new() };
+}
+
+/// The clock every tracer reads: the CPU's time-stamp counter where it is invariant,
+/// calibrated against the monotonic clock (8–13 ns a read here, against 16–35 ns for
+/// `Instant`; `docs/tools.md`, "Cost"), calibrated once per process.
+fn clock() -> &'static quanta::Clock {
+    static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+    CLOCK.get_or_init(quanta::Clock::new)
+}
+
+/// Records in the stage now.
+fn staged() -> usize {
+    STAGE.with(|s| s.len.get())
+}
+
+/// The stage: the newest records and what making the next one needs. Its fields are
+/// cells, so that a record is made without a borrow flag.
+struct Stage {
+    recs: [Cell<Record>; STAGE_LEN],
+    len: Cell<usize>,
+    /// The length at which the stage is moved to the chunks ([`Tracer::spill`]):
+    /// [`STAGE_LEN`], or less where the chunk being filled or the hard cap ends sooner.
+    room: Cell<usize>,
+    /// Off while the tracer's own traffic runs, and while not tracing.
+    recording: Cell<bool>,
+    clock: Cell<Option<&'static quanta::Clock>>,
+    /// The last timestamp taken (raw); whether the last record is an `Enter`; how
+    /// many `Recv` records at the end of the stage still wait for their time.
+    last_ts: Cell<u64>,
+    after_enter: Cell<bool>,
+    unstamped: Cell<usize>,
+}
+
+impl Stage {
+    const fn new() -> Self {
+        Stage {
+            recs: [const { Cell::new(BLANK) }; STAGE_LEN],
+            len: Cell::new(0),
+            room: Cell::new(STAGE_LEN),
+            recording: Cell::new(false),
+            clock: Cell::new(None),
+            last_ts: Cell::new(0),
+            after_enter: Cell::new(false),
+            unstamped: Cell::new(0),
+        }
+    }
+
+    /// Drops the stage's records (a trace that could not be written).
+    fn clear(&self) {
+        self.len.set(0);
+        self.unstamped.set(0);
+    }
+
+    /// Empties the stage for a tracer that reads `clock` (none: not tracing), not
+    /// recording yet.
+    fn reset(&self, clock: Option<&'static quanta::Clock>, room: usize) {
+        self.len.set(0);
+        self.room.set(room);
+        self.recording.set(false);
+        self.clock.set(clock);
+        self.last_ts.set(0);
+        self.after_enter.set(false);
+        self.unstamped.set(0);
+    }
+
+    /// Appends a record of the time now, if recording; says whether the stage is full
+    /// (the caller then runs [`Tracer::spill`]).
+    ///
+    /// A clock read costs ~8 ns here, a twentieth of a small message's latency: a send
+    /// right after its call's enter shares the enter's time, and a completed receive
+    /// takes the time of the next record (the leave of the call that completed it),
+    /// stamped when that one is made.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn push(&self, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) -> bool {
+        if !self.recording.get() {
+            return false;
+        }
+        let ts = match kind {
+            Kind::Send if self.after_enter.get() => self.last_ts.get(),
+            Kind::Recv => {
+                self.unstamped.set(self.unstamped.get() + 1);
+                u64::MAX
+            }
+            _ => self.clock.get().map_or(0, quanta::Clock::raw),
+        };
+        let full = self.push_at(ts, kind, op, a, b, c, d, e);
+        self.after_enter.set(kind == Kind::Enter);
+        full
+    }
+
+    /// Appends a record of the (raw) time `ts`; says whether the stage is full.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn push_at(&self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) -> bool {
+        if kind != Kind::Recv {
+            if self.unstamped.get() > 0 {
+                self.stamp(ts);
+            }
+            self.last_ts.set(ts);
+        }
+        let len = self.len.get();
+        // never past the end: the stage is moved out as soon as it reaches its room
+        if let Some(r) = self.recs.get(len) {
+            r.set(Record {
+                ts,
+                kind,
+                op,
+                a,
+                b,
+                c,
+                d,
+                e,
+            });
+            self.len.set(len + 1);
+        }
+        len + 1 >= self.room.get()
+    }
+
+    /// Gives the receives recorded since the last timestamp (the stage's last
+    /// `unstamped` records) the (raw) time `now`.
+    #[inline(always)]
+    fn stamp(&self, now: u64) {
+        let n = self.unstamped.replace(0);
+        let recs = &self.recs[..self.len.get().min(STAGE_LEN)];
+        match (n, recs.last()) {
+            // the common case: one receive, the last record
+            (1, Some(r)) => r.set(Record { ts: now, ..r.get() }),
+            _ => stamp_many(recs, n, now),
+        }
+    }
+}
+
+/// [`Stage::stamp`] for more than one receive: the last `n` records of `recs`.
+#[cold]
+#[inline(never)]
+fn stamp_many(recs: &[Cell<Record>], n: usize, now: u64) {
+    for r in recs.iter().rev().take(n) {
+        r.set(Record { ts: now, ..r.get() });
+    }
+}
+
+/// An unused record.
+const BLANK: Record = Record {
+    ts: 0,
+    kind: Kind::Enter,
+    op: 0,
+    a: 0,
+    b: 0,
+    c: 0,
+    d: 0,
+    e: 0,
+};
 
 /// A size from the environment: bytes, or with a K, M or G suffix.
 fn env_size(name: &str) -> crate::Result<Option<usize>> {
@@ -402,7 +532,7 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     std::fs::create_dir_all(&dir).map_err(io)?;
     let mut file = std::fs::File::create(format::rank_file(&dir, rank)).map_err(io)?;
     file.write_all(&format::header(rank, size)).map_err(io)?;
-    let clock = quanta::Clock::new();
+    let clock = clock();
     // the chunks up to the soft threshold, their pages touched now rather than at
     // the first record that lands on each
     let pool = soft.min(hard).div_ceil(CHUNK);
@@ -412,8 +542,6 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         raw0: clock.raw(),
         clock,
         chunks: Vec::new(),
-        stage: Vec::with_capacity(STAGE),
-        stage_room: STAGE.min(hard / RECORD),
         cur: touched_chunk(),
         spare,
         pool,
@@ -423,22 +551,19 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         peak: 0,
         room: PER_CHUNK.min(hard / RECORD),
         records: 0,
-        recording: false,
         epoch: 0,
         sent: Channels::default(),
         received: Channels::default(),
         recv_ctx: matching::OneMap::default(),
         tool,
-        last_ts: 0,
-        after_enter: false,
-        unstamped: 0,
         failed: false,
     };
+    STAGE.with(|s| s.reset(Some(clock), STAGE_LEN.min(hard / RECORD)));
     tools::with(|s| s.trace = Some(t));
     // epoch 0: the clocks as the run starts
     let (offset, err) = tools::own_traffic(|| clocks(&tool));
     with_tracer(|t| {
-        t.recording = true;
+        t.set_recording(true);
         let ts = t.clock.raw();
         t.push_at(ts, Kind::Clock, 0, 0, 0, 0, offset as u64, err);
     });
@@ -447,17 +572,7 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
 
 /// An empty chunk whose memory has been written.
 fn touched_chunk() -> Vec<Record> {
-    let blank = Record {
-        ts: 0,
-        kind: Kind::Enter,
-        op: 0,
-        a: 0,
-        b: 0,
-        c: 0,
-        d: 0,
-        e: 0,
-    };
-    let mut c = std::hint::black_box(vec![blank; PER_CHUNK]);
+    let mut c = std::hint::black_box(vec![BLANK; PER_CHUNK]);
     c.clear();
     c
 }
@@ -470,25 +585,41 @@ pub(crate) fn finish() {
                 return;
             }
             let ts = t.clock.raw();
-            let (peak, records) = (t.peak.max(t.buffered()) as u64, t.records + 1);
-            t.recording = true;
+            let (peak, records) = (
+                t.peak.max(t.buffered()) as u64,
+                t.records + staged() as u64 + 1,
+            );
             t.push_at(ts, Kind::Finish, 0, t.epoch, 0, 0, peak, records);
             t.write();
+            STAGE.with(|s| s.reset(None, STAGE_LEN));
         }
     });
 }
 
 /// The MPI call `op` begins (the tracer alone is on). Inlined into the watched copy
-/// of each call (`tools::watched`), which the unwatched path never enters.
+/// of each call (`tools::watched`), which the unwatched path never enters. The record
+/// goes to this thread's stage, without a visit to the library state unless the
+/// stage is full.
 #[inline(always)]
 pub(crate) fn enter(op: Op) {
-    with_tracer(|t| t.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0));
+    if STAGE.with(|s| s.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0)) {
+        spill();
+    }
 }
 
 /// The MPI call `op` ends (the tracer alone is on); inlined like [`enter`].
 #[inline(always)]
 pub(crate) fn leave(op: Op) {
-    with_tracer(|t| t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0));
+    if STAGE.with(|s| s.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0)) {
+        spill();
+    }
+}
+
+/// The stage is full: moves it to the tracer's chunks.
+#[cold]
+#[inline(never)]
+fn spill() {
+    with_tracer(Tracer::spill);
 }
 
 fn with_tracer<R>(f: impl FnOnce(&mut Tracer) -> R) -> Option<R> {
@@ -541,7 +672,7 @@ fn flush_point(comm: &SimpleCommunicator, always_agree: bool) {
         return;
     };
     let raw_in = with_tracer(|t| {
-        t.recording = false;
+        t.set_recording(false);
         t.clock.raw()
     })
     .unwrap_or(0);
@@ -559,7 +690,7 @@ fn flush(tool: &SimpleCommunicator, want: bool, raw_in: u64) {
         crate::collective::SystemOperation::max(),
     );
     if any == 0 {
-        with_tracer(|t| t.recording = !t.failed);
+        with_tracer(|t| t.set_recording(!t.failed));
         return;
     }
     // every rank writes, then all pause for the same Z
@@ -584,7 +715,7 @@ fn flush(tool: &SimpleCommunicator, want: bool, raw_in: u64) {
         let e = t.epoch;
         t.push_at(ts, Kind::FlushEnd, 0, e, 0, 0, z, 1);
         t.push_at(ts, Kind::Clock, 0, e, 0, 0, offset as u64, err);
-        t.recording = !t.failed;
+        t.set_recording(!t.failed);
     });
 }
 
@@ -667,4 +798,48 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
         peer.send_with_tag(&[off, half.max(1)][..], 3);
     }
     (0, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clock, Kind, Stage, STAGE_LEN};
+
+    /// A send right after its call's enter shares the enter's time; receives take the
+    /// time of the next record; nothing is taken while not recording; the stage says
+    /// when it reaches its room.
+    #[test]
+    fn stage_times_and_room() {
+        let s = Stage::new();
+        s.reset(Some(clock()), 5);
+        assert!(!s.push(Kind::Enter, 1, 0, 0, 0, 0, 0));
+        assert_eq!(s.len.get(), 0, "not recording yet");
+        s.recording.set(true);
+        assert!(!s.push(Kind::Enter, 1, 0, 0, 0, 0, 0));
+        assert!(!s.push(Kind::Send, 0, 3, 7, 0, 8, 0));
+        assert!(!s.push(Kind::Recv, 0, 3, 7, 0, 8, 0));
+        assert!(!s.push(Kind::Recv, 0, 3, 7, 0, 8, 1));
+        assert_eq!(s.unstamped.get(), 2);
+        assert!(s.push(Kind::Leave, 1, 0, 0, 0, 0, 0), "full at its room");
+        let r: Vec<_> = s.recs[..s.len.get()].iter().map(|c| c.get()).collect();
+        let kinds: Vec<_> = r.iter().map(|r| r.kind).collect();
+        assert_eq!(
+            kinds,
+            [Kind::Enter, Kind::Send, Kind::Recv, Kind::Recv, Kind::Leave]
+        );
+        assert_eq!(r[1].ts, r[0].ts, "the send shares its call's enter time");
+        assert_eq!((r[2].ts, r[3].ts), (r[4].ts, r[4].ts), "receives stamped");
+        assert!(r[4].ts >= r[0].ts);
+        assert_eq!((r[3].e, s.unstamped.get()), (1, 0));
+        // a stage that was not moved out keeps its records and drops the next one
+        s.reset(Some(clock()), STAGE_LEN);
+        s.recording.set(true);
+        for _ in 0..STAGE_LEN - 1 {
+            assert!(!s.push(Kind::Enter, 1, 0, 0, 0, 0, 0));
+        }
+        assert!(s.push(Kind::Recv, 0, 1, 0, 0, 0, 0));
+        assert!(s.push(Kind::Leave, 1, 0, 0, 0, 0, 0), "still full");
+        assert_eq!(s.len.get(), STAGE_LEN);
+        let last = s.recs[STAGE_LEN - 1].get();
+        assert_eq!((last.kind, last.ts), (Kind::Recv, s.last_ts.get()));
+    }
 }
