@@ -313,9 +313,8 @@ thread_local! {
     /// small message's latency traced rose by ~40 ns. The stage is kept apart from the
     /// library state, in cells with no destructor, so that making a record is a store
     /// at a fixed thread-local address: no visit to the library state (its borrow, the
-    /// tools' box, the tracer's option, the stage's vector), which took a traced
-    /// message's one-way time from 0.20–0.21 to 0.19–0.20 µs here
-    /// (`docs/performance.md`, "Tools on, twelfth round").
+    /// tools' box, the tracer's option, the stage's vector); a few ns a traced message
+    /// here (`docs/performance.md`, "Tools on, twelfth round").
     static STAGE: Stage = const { Stage::new() };
 }
 
