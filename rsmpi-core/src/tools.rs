@@ -368,13 +368,13 @@ pub(crate) fn watched<R>(
     r
 }
 
-/// `f`, the watched copy of the MPI call `op`, with the tracer alone on: between its
-/// two records and nothing else.
+/// `f`, the watched copy of the MPI call `op`, with the tracer alone on: between the
+/// reading of its start time and its one record, and nothing else.
 #[inline(always)]
 fn traced<R>(op: Op, f: impl FnOnce() -> R) -> R {
-    crate::trace::enter(op);
+    let t0 = crate::trace::enter();
     let r = f();
-    crate::trace::leave(op);
+    crate::trace::leave(op, t0);
     r
 }
 

@@ -12,13 +12,21 @@
 //!        24  d     u64  bytes; Z or a duration in ns; a clock offset (as i64)
 //!        32  e     u64  per-channel sequence number; whether a flush wrote; an error
 //! ```
+//!
+//! A call watched by the tracer alone is written as one [`Kind::Call`] record,
+//! made when it ends and so placed after the records of what happened in it;
+//! [`read_dir`] gives it back as the `Enter` (moved before those records, by time)
+//! and `Leave` the rest of the tools and every reader work with.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// The first eight bytes of every trace file. Version 2 gave each collective its own
 /// [`Op`], which renumbered the rest: version 1 files are refused, not misread.
-pub const MAGIC: &[u8; 8] = b"RSMPITR2";
+/// Version 3 added [`Kind::Call`]; version 2 files are still read.
+pub const MAGIC: &[u8; 8] = b"RSMPITR3";
+/// Version 2's first eight bytes.
+const MAGIC_V2: &[u8; 8] = b"RSMPITR2";
 /// Bytes of the file header.
 pub const HEADER: usize = 16;
 /// Bytes of one record.
@@ -52,6 +60,9 @@ pub enum Kind {
     /// End of the trace: `d` = the largest number of event bytes ever held in memory,
     /// `e` = the number of records written.
     Finish = 9,
+    /// The MPI call `op`, whole: entered at `ts`, left at `d` (version 3). Only in
+    /// the file: [`read_dir`] turns it into an `Enter` and a `Leave`.
+    Call = 10,
 }
 
 impl Kind {
@@ -66,6 +77,7 @@ impl Kind {
             7 => Kind::Clock,
             8 => Kind::Unsync,
             9 => Kind::Finish,
+            10 => Kind::Call,
             _ => return None,
         })
     }
@@ -239,12 +251,15 @@ pub fn header(rank: u32, size: u32) -> [u8; HEADER] {
     h
 }
 
-/// One rank's trace, as read back.
+/// One rank's trace, as read back: its records in order, each call's as an `Enter`
+/// and a `Leave` (never a [`Kind::Call`]).
 #[derive(Clone, Debug)]
 pub struct RankTrace {
     pub rank: u32,
     pub size: u32,
     pub records: Vec<Record>,
+    /// Records in the file (a call's one record is two in `records`).
+    pub written: u64,
 }
 
 /// Reads every rank's file of a trace directory, calling `progress(bytes read, total)`
@@ -272,6 +287,7 @@ pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Ve
         f.read_exact(&mut h)?;
         done += HEADER as u64;
         let mut records = Vec::new();
+        let mut written = 0u64;
         let mut buf = [0u8; RECORD];
         loop {
             match f.read_exact(&mut buf) {
@@ -286,7 +302,8 @@ pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Ve
                     buf[8]
                 ))
             })?;
-            records.push(rec);
+            written += 1;
+            push_expanded(&mut records, rec);
             done += RECORD as u64;
             if records.len().is_multiple_of(1 << 20) {
                 progress(done, total);
@@ -297,9 +314,48 @@ pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Ve
             rank,
             size,
             records,
+            written,
         });
     }
     Ok(out)
+}
+
+/// Appends `rec` to the records read so far, a [`Kind::Call`] as the `Enter` and
+/// `Leave` it stands for. The call's record was made when it ended, after the
+/// records of what happened in it (its send, the receives it completed, the calls
+/// within it): the `Enter` goes before the last records whose times are later than
+/// the call's start (or equal, for its send), and the `Leave` at the end. Calls on
+/// one rank nest in time, so this also places calls within calls.
+pub fn push_expanded(records: &mut Vec<Record>, rec: Record) {
+    if rec.kind != Kind::Call {
+        records.push(rec);
+        return;
+    }
+    let mut at = records.len();
+    // a send made in the call shares its start time; a receive stamped with that
+    // time was taken before the call began
+    while at > 0 && {
+        let r = &records[at - 1];
+        r.ts > rec.ts || (r.ts == rec.ts && r.kind == Kind::Send)
+    } {
+        at -= 1;
+    }
+    let enter = Record {
+        ts: rec.ts,
+        kind: Kind::Enter,
+        op: rec.op,
+        a: 0,
+        b: 0,
+        c: 0,
+        d: 0,
+        e: 0,
+    };
+    records.insert(at, enter);
+    records.push(Record {
+        ts: rec.d,
+        kind: Kind::Leave,
+        ..enter
+    });
 }
 
 fn read_header(path: &Path) -> io::Result<(u32, u32)> {
@@ -307,7 +363,7 @@ fn read_header(path: &Path) -> io::Result<(u32, u32)> {
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut h))
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    if &h[..8] != MAGIC {
+    if &h[..8] != MAGIC && &h[..8] != MAGIC_V2 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("{}: not an rsmpi trace", path.display()),
@@ -338,6 +394,65 @@ mod tests {
         let mut bad = r.encode();
         bad[8] = 200;
         assert_eq!(Record::decode(&bad), None);
+    }
+
+    /// A call's one record comes back as its enter, before the records made in the
+    /// call (and the calls within it), and its leave after them.
+    #[test]
+    fn calls_come_back_as_enter_and_leave() {
+        let r = |ts, kind, op, d| Record {
+            ts,
+            kind,
+            op,
+            a: 0,
+            b: 0,
+            c: 0,
+            d,
+            e: 0,
+        };
+        let (send, wait) = (Op::Send as u8, Op::Wait as u8);
+        let mut got = Vec::new();
+        for rec in [
+            r(5, Kind::Enter, Op::Barrier as u8, 0),
+            r(7, Kind::Leave, Op::Barrier as u8, 0),
+            r(10, Kind::Send, 0, 8),
+            r(10, Kind::Call, send, 20),
+            // taken by a call made with a check on (its own records), stamped with
+            // the next call's start: before that call
+            r(25, Kind::Enter, Op::Iprobe as u8, 0),
+            r(26, Kind::Leave, Op::Iprobe as u8, 0),
+            r(30, Kind::Recv, 0, 8),
+            // a wait with a test inside, each completing a receive
+            r(35, Kind::Recv, 0, 8),
+            r(32, Kind::Call, Op::Test as u8, 35),
+            r(40, Kind::Recv, 0, 8),
+            r(30, Kind::Call, wait, 40),
+        ] {
+            push_expanded(&mut got, rec);
+        }
+        let seen: Vec<_> = got.iter().map(|r| (r.ts, r.kind)).collect();
+        assert_eq!(
+            seen,
+            [
+                (5, Kind::Enter),
+                (7, Kind::Leave),
+                (10, Kind::Enter),
+                (10, Kind::Send),
+                (20, Kind::Leave),
+                (25, Kind::Enter),
+                (26, Kind::Leave),
+                (30, Kind::Recv),
+                (30, Kind::Enter),
+                (32, Kind::Enter),
+                (35, Kind::Recv),
+                (35, Kind::Leave),
+                (40, Kind::Recv),
+                (40, Kind::Leave),
+            ]
+        );
+        assert_eq!(got[2].op, send);
+        assert_eq!((got[8].op, got[13].op), (wait, wait));
+        assert_eq!((got[9].op, got[11].op), (Op::Test as u8, Op::Test as u8));
     }
 
     #[test]

@@ -251,7 +251,13 @@ impl Tracer {
         out.clear();
         for r in c {
             let ns = self.ns(r.ts);
-            out.extend_from_slice(&Record { ts: ns, ..*r }.encode());
+            // a call's record holds its second time in `d`
+            let d = if r.kind == Kind::Call {
+                self.ns(r.d)
+            } else {
+                r.d
+            };
+            out.extend_from_slice(&Record { ts: ns, d, ..*r }.encode());
         }
         let res = self.file.write_all(&out);
         self.out = out;
@@ -405,6 +411,56 @@ impl Stage {
         let full = self.push_at(ts, kind, op, a, b, c, d, e);
         self.after_enter.set(kind == Kind::Enter);
         full
+    }
+
+    /// The start of a call that will be recorded whole ([`Self::call`]): its (raw)
+    /// time, 0 while not recording.
+    #[inline(always)]
+    fn enter(&self) -> u64 {
+        if !self.recording.get() {
+            return 0;
+        }
+        let ts = self.clock.get().map_or(0, quanta::Clock::raw);
+        if self.unstamped.get() > 0 {
+            self.stamp(ts);
+        }
+        self.last_ts.set(ts);
+        self.after_enter.set(true);
+        ts
+    }
+
+    /// The end of a call `op` begun at (raw) time `t0` by [`Self::enter`]: one
+    /// [`Kind::Call`] record (time `t0`, `d` = the time now), made after the records
+    /// of what happened in the call; the receives among them that wait for their time
+    /// take the time now. Nothing while not recording, or if the call began while not
+    /// recording (`t0` = 0). Says whether the stage is full.
+    #[inline(always)]
+    fn call(&self, op: u8, t0: u64) -> bool {
+        if !self.recording.get() || t0 == 0 {
+            return false;
+        }
+        let now = self.clock.get().map_or(0, quanta::Clock::raw);
+        if self.unstamped.get() > 0 {
+            self.stamp(now);
+        }
+        self.last_ts.set(now);
+        self.after_enter.set(false);
+        let len = self.len.get();
+        // never past the end: the stage is moved out as soon as it reaches its room
+        if let Some(r) = self.recs.get(len) {
+            r.set(Record {
+                ts: t0,
+                kind: Kind::Call,
+                op,
+                a: 0,
+                b: 0,
+                c: 0,
+                d: now,
+                e: 0,
+            });
+            self.len.set(len + 1);
+        }
+        len + 1 >= self.room.get()
     }
 
     /// Appends a record of the (raw) time `ts`; says whether the stage is full.
@@ -595,21 +651,24 @@ pub(crate) fn finish() {
     });
 }
 
-/// The MPI call `op` begins (the tracer alone is on). Inlined into the watched copy
-/// of each call (`tools::watched`), which the unwatched path never enters. The record
-/// goes to this thread's stage, without a visit to the library state unless the
-/// stage is full.
+/// An MPI call begins (the tracer alone is on): its time, to hand to [`leave`] (0
+/// while not recording). Inlined into the watched copy of each call
+/// (`tools::watched`), which the unwatched path never enters. Nothing is recorded
+/// yet: the call's one record ([`Kind::Call`]) is made when it ends, with both
+/// times, so that a call costs one record, not an enter and a leave
+/// (`docs/performance.md`, "Tools on, thirteenth round"). A send made in the call
+/// shares this time.
 #[inline(always)]
-pub(crate) fn enter(op: Op) {
-    if STAGE.with(|s| s.push(Kind::Enter, op as u8, 0, 0, 0, 0, 0)) {
-        spill();
-    }
+pub(crate) fn enter() -> u64 {
+    STAGE.with(Stage::enter)
 }
 
-/// The MPI call `op` ends (the tracer alone is on); inlined like [`enter`].
+/// The MPI call `op`, entered at (raw) time `t0`, ends (the tracer alone is on):
+/// its record goes to this thread's stage, without a visit to the library state
+/// unless the stage is full; inlined like [`enter`].
 #[inline(always)]
-pub(crate) fn leave(op: Op) {
-    if STAGE.with(|s| s.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0)) {
+pub(crate) fn leave(op: Op, t0: u64) {
+    if STAGE.with(|s| s.call(op as u8, t0)) {
         spill();
     }
 }
@@ -801,7 +860,7 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{clock, Kind, Stage, STAGE_LEN};
+    use super::{clock, Kind, Op, Stage, STAGE_LEN};
 
     /// A send right after its call's enter shares the enter's time; receives take the
     /// time of the next record; nothing is taken while not recording; the stage says
@@ -840,5 +899,44 @@ mod tests {
         assert_eq!(s.len.get(), STAGE_LEN);
         let last = s.recs[STAGE_LEN - 1].get();
         assert_eq!((last.kind, last.ts), (Kind::Recv, s.last_ts.get()));
+    }
+
+    /// A call watched by the tracer alone is one record with both its times, made
+    /// after the records of what happened in it: its send shares its start time, the
+    /// receive it completed takes its end time; nothing while not recording, nor for
+    /// a call that began before recording did.
+    #[test]
+    fn calls_are_one_record() {
+        let s = Stage::new();
+        s.reset(Some(clock()), STAGE_LEN);
+        assert_eq!(s.enter(), 0, "not recording");
+        assert!(!s.call(Op::Send as u8, 0));
+        assert_eq!(s.len.get(), 0);
+        s.recording.set(true);
+        let t0 = s.enter();
+        assert!(t0 > 0);
+        assert!(!s.push(Kind::Send, 0, 3, 7, 0, 8, 0));
+        assert!(!s.push(Kind::Recv, 0, 3, 7, 0, 8, 0));
+        assert!(!s.call(Op::Sendrecv as u8, t0));
+        let r: Vec<_> = s.recs[..s.len.get()].iter().map(|c| c.get()).collect();
+        let kinds: Vec<_> = r.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, [Kind::Send, Kind::Recv, Kind::Call]);
+        assert_eq!((r[0].ts, r[2].ts), (t0, t0), "the send shares the start");
+        assert!(r[2].d >= t0);
+        assert_eq!(r[1].ts, r[2].d, "the receive takes the end");
+        assert_eq!((r[2].op, s.unstamped.get()), (Op::Sendrecv as u8, 0));
+        // begun while not recording: no record for it
+        s.recording.set(false);
+        let t = s.enter();
+        s.recording.set(true);
+        assert!(!s.call(Op::Wait as u8, t));
+        assert_eq!(s.len.get(), 3);
+        // the stage says when a call's record fills it
+        s.reset(Some(clock()), 2);
+        s.recording.set(true);
+        let t = s.enter();
+        assert!(!s.call(Op::Irecv as u8, t));
+        let t = s.enter();
+        assert!(s.call(Op::Irecv as u8, t), "full at its room");
     }
 }
