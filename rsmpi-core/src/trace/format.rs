@@ -326,7 +326,7 @@ pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Ve
 /// within it): the `Enter` goes before the last records whose times are later than
 /// the call's start (or equal, for its send), and the `Leave` at the end. Calls on
 /// one rank nest in time, so this also places calls within calls.
-pub fn push_expanded(records: &mut Vec<Record>, rec: Record) {
+fn push_expanded(records: &mut Vec<Record>, rec: Record) {
     if rec.kind != Kind::Call {
         records.push(rec);
         return;

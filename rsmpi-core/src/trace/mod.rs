@@ -406,7 +406,7 @@ impl Stage {
                 self.unstamped.set(self.unstamped.get() + 1);
                 u64::MAX
             }
-            _ => self.clock.get().map_or(0, quanta::Clock::raw),
+            _ => self.now(),
         };
         let full = self.push_at(ts, kind, op, a, b, c, d, e);
         self.after_enter.set(kind == Kind::Enter);
@@ -420,11 +420,8 @@ impl Stage {
         if !self.recording.get() {
             return 0;
         }
-        let ts = self.clock.get().map_or(0, quanta::Clock::raw);
-        if self.unstamped.get() > 0 {
-            self.stamp(ts);
-        }
-        self.last_ts.set(ts);
+        let ts = self.now();
+        self.mark(ts);
         self.after_enter.set(true);
         ts
     }
@@ -439,25 +436,44 @@ impl Stage {
         if !self.recording.get() || t0 == 0 {
             return false;
         }
-        let now = self.clock.get().map_or(0, quanta::Clock::raw);
-        if self.unstamped.get() > 0 {
-            self.stamp(now);
-        }
-        self.last_ts.set(now);
+        let now = self.now();
+        self.mark(now);
         self.after_enter.set(false);
+        self.append(Record {
+            ts: t0,
+            kind: Kind::Call,
+            op,
+            a: 0,
+            b: 0,
+            c: 0,
+            d: now,
+            e: 0,
+        })
+    }
+
+    /// The clock's (raw) reading now.
+    #[inline(always)]
+    fn now(&self) -> u64 {
+        self.clock.get().map_or(0, quanta::Clock::raw)
+    }
+
+    /// A record other than a receive's takes the (raw) time `ts`: the receives
+    /// waiting for their time take it too, and it is the last time taken.
+    #[inline(always)]
+    fn mark(&self, ts: u64) {
+        if self.unstamped.get() > 0 {
+            self.stamp(ts);
+        }
+        self.last_ts.set(ts);
+    }
+
+    /// Appends `rec`; says whether the stage is full.
+    #[inline(always)]
+    fn append(&self, rec: Record) -> bool {
         let len = self.len.get();
         // never past the end: the stage is moved out as soon as it reaches its room
         if let Some(r) = self.recs.get(len) {
-            r.set(Record {
-                ts: t0,
-                kind: Kind::Call,
-                op,
-                a: 0,
-                b: 0,
-                c: 0,
-                d: now,
-                e: 0,
-            });
+            r.set(rec);
             self.len.set(len + 1);
         }
         len + 1 >= self.room.get()
@@ -468,27 +484,18 @@ impl Stage {
     #[inline(always)]
     fn push_at(&self, ts: u64, kind: Kind, op: u8, a: u32, b: i32, c: u32, d: u64, e: u64) -> bool {
         if kind != Kind::Recv {
-            if self.unstamped.get() > 0 {
-                self.stamp(ts);
-            }
-            self.last_ts.set(ts);
+            self.mark(ts);
         }
-        let len = self.len.get();
-        // never past the end: the stage is moved out as soon as it reaches its room
-        if let Some(r) = self.recs.get(len) {
-            r.set(Record {
-                ts,
-                kind,
-                op,
-                a,
-                b,
-                c,
-                d,
-                e,
-            });
-            self.len.set(len + 1);
-        }
-        len + 1 >= self.room.get()
+        self.append(Record {
+            ts,
+            kind,
+            op,
+            a,
+            b,
+            c,
+            d,
+            e,
+        })
     }
 
     /// Gives the receives recorded since the last timestamp (the stage's last
