@@ -275,7 +275,7 @@ fn type_of<'b>(of: impl FnOnce() -> (Cow<'b, UserDatatype>, usize)) -> Option<Ty
 
 /// A blocking send of `buf` to `rank` of `comm`.
 #[track_caller]
-pub(crate) fn blocking_send<B: Buffer + ?Sized>(
+pub(crate) fn blocking_send<U: tools::Caller, B: Buffer + ?Sized>(
     comm: &SimpleCommunicator,
     rank: Rank,
     buf: &B,
@@ -289,7 +289,36 @@ pub(crate) fn blocking_send<B: Buffer + ?Sized>(
             send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode)
         });
     }
-    send_now_or_wait::<tools::Off, _>(comm, rank, buf, tag, mode)
+    send_now_or_wait::<U::Off, _>(comm, rank, buf, tag, mode)
+}
+
+/// A send's first visit to the library state, `s`, one for all of this: the rank and
+/// the tag checked (in that order, before an error of `bytes`, the buffer's), and a
+/// standard send of `bytes` tried on the fast path. The destination's world rank if
+/// the send is still to be started; `None` if nothing is left to do (sent and
+/// complete, or to `PROC_NULL`). Each caller makes its own closure around it, so that
+/// each closure's thread-local access keeps a single caller and LLVM inlines it
+/// (shared, it was left out of line: +47 instructions a message in a window of
+/// sends).
+#[inline(always)]
+fn begin_send<W: tools::Mode>(
+    s: &mut progress::State,
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    tag: Tag,
+    mode: SendMode,
+    bytes: &Result<Cow<'_, [u8]>>,
+) -> Result<Option<u32>> {
+    let Some(dest) = comm.check_rank_in(s, rank)? else {
+        return Ok(None); // PROC_NULL
+    };
+    check_tag(tag)?;
+    if let (SendMode::Standard, Ok(b)) = (mode, bytes) {
+        if s.send_now::<W>(comm.ctx, dest, tag, b)? {
+            return Ok(None); // sent and complete
+        }
+    }
+    Ok(Some(dest))
 }
 
 /// The body of [`blocking_send`]: the rank and tag checked, the eager fast path, or
@@ -303,21 +332,9 @@ fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     let bytes = buf.rsmpi_send();
-    // one visit to the library state: check the rank and the tag, try the fast path
-    let dest = progress::try_with(|s| -> Result<Option<u32>> {
-        let Some(dest) = comm.check_rank_in(s, rank)? else {
-            return Ok(None); // PROC_NULL
-        };
-        check_tag(tag)?;
-        if let (SendMode::Standard, Ok(b)) = (mode, &bytes) {
-            if s.send_now::<W>(comm.ctx, dest, tag, b)? {
-                return Ok(None); // sent and complete
-            }
-        }
-        Ok(Some(dest))
-    })??;
-    let Some(dest) = dest else {
-        return Ok(());
+    let sent = progress::try_with(|s| begin_send::<W>(s, comm, rank, tag, mode, &bytes))??;
+    let Some(dest) = sent else {
+        return Ok(()); // sent and complete, or PROC_NULL
     };
     let bytes = bytes?;
     transport::mem::lend(&progress::HOST, &bytes, |region| {
@@ -330,7 +347,7 @@ fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
 
 /// A blocking receive into `buf` from `src` (`None`: any source) of `comm`.
 #[track_caller]
-pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
+pub(crate) fn blocking_recv<U: tools::Caller, B: BufferMut + ?Sized>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
@@ -342,7 +359,7 @@ pub(crate) fn blocking_recv<B: BufferMut + ?Sized>(
             recv_and_wait::<tools::On, _>(comm, src, tag, buf)
         });
     }
-    recv_and_wait::<tools::Off, _>(comm, src, tag, buf)
+    recv_and_wait::<U::Off, _>(comm, src, tag, buf)
 }
 
 /// The body of [`blocking_recv`].
@@ -440,7 +457,7 @@ fn sent_pending_tracked() -> Pending {
 
 /// Starts a send of `buf` to `rank` of `comm`.
 #[track_caller]
-pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+pub(crate) fn immediate_send<'a, U: tools::Caller, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     rank: Rank,
     scope: Sc,
@@ -459,7 +476,7 @@ pub(crate) fn immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
             r
         });
     }
-    isend::<tools::Off, _, _>(comm, rank, scope, buf, tag, mode)
+    isend::<U::Off, _, _>(comm, rank, scope, buf, tag, mode)
 }
 
 /// The body of [`immediate_send`].
@@ -472,16 +489,15 @@ fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<Request<'a, B, Sc>> {
-    let Some(dest) = comm.check_rank(rank)? else {
-        return Ok(Request::new(done_pending(None), Data::Shared(buf)));
-    };
-    check_tag(tag)?;
-    let bytes = buf.rsmpi_send()?;
-    if mode == SendMode::Standard
-        && progress::with(|s| s.send_now::<W>(comm.ctx, dest, tag, &bytes))?
-    {
+    let bytes = buf.rsmpi_send();
+    let sent = progress::try_with(|s| begin_send::<W>(s, comm, rank, tag, mode, &bytes))??;
+    let Some(dest) = sent else {
+        if rank == PROC_NULL {
+            return Ok(Request::new(done_pending(None), Data::Shared(buf)));
+        }
         return Ok(Request::new(sent_pending::<W>(), Data::Shared(buf)));
-    }
+    };
+    let bytes = bytes?;
     let arg = match bytes {
         Cow::Borrowed(b) => SendArg::Region(scope.rsmpi_lend(b)),
         Cow::Owned(v) => SendArg::Packed(v),
@@ -495,7 +511,7 @@ fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
 
 /// Starts a receive into `buf` from `src` (`None`: any source) of `comm`.
 #[track_caller]
-pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+pub(crate) fn immediate_recv<'a, U: tools::Caller, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     scope: Sc,
@@ -512,7 +528,7 @@ pub(crate) fn immediate_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
             r
         });
     }
-    irecv::<tools::Off, _, _>(comm, src, scope, buf, tag)
+    irecv::<U::Off, _, _>(comm, src, scope, buf, tag)
 }
 
 /// The body of [`immediate_recv`].
@@ -762,13 +778,14 @@ pub trait Source: AsCommunicator {
     #[track_caller]
     fn receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status {
         let (c, s) = self.rsmpi_source();
-        blocking_recv(&c, s, Some(tag), buf).unwrap_or_else(|e| fail("receive", e))
+        blocking_recv::<tools::User, _>(&c, s, Some(tag), buf)
+            .unwrap_or_else(|e| fail("receive", e))
     }
     /// Receives into `buf` (`MPI_Recv`).
     #[track_caller]
     fn receive_into<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf) -> Status {
         let (c, s) = self.rsmpi_source();
-        blocking_recv(&c, s, None, buf).unwrap_or_else(|e| fail("receive", e))
+        blocking_recv::<tools::User, _>(&c, s, None, buf).unwrap_or_else(|e| fail("receive", e))
     }
     /// Receives a message with `tag` of any length into a new vector.
     #[track_caller]
@@ -795,7 +812,8 @@ pub trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, s) = self.rsmpi_source();
-        immediate_recv(&c, s, scope, buf, Some(tag)).unwrap_or_else(|e| fail("irecv", e))
+        immediate_recv::<tools::User, _, _>(&c, s, scope, buf, Some(tag))
+            .unwrap_or_else(|e| fail("irecv", e))
     }
     /// Starts a receive into `buf` (`MPI_Irecv`).
     #[track_caller]
@@ -809,7 +827,8 @@ pub trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, s) = self.rsmpi_source();
-        immediate_recv(&c, s, scope, buf, None).unwrap_or_else(|e| fail("irecv", e))
+        immediate_recv::<tools::User, _, _>(&c, s, scope, buf, None)
+            .unwrap_or_else(|e| fail("irecv", e))
     }
     /// Starts a receive of one value with `tag`, into the library's own buffer.
     #[track_caller]
@@ -867,6 +886,50 @@ impl Source for AnyProcess<'_> {
     }
 }
 
+/// The library's own point-to-point traffic (the tools' exchanges, a new
+/// communicator's agreement): the user's calls of the same names, made as
+/// [`tools::Lib`], so that the copies of their bodies without hooks are left to the
+/// user's calls ([`tools::Caller`]).
+pub(crate) trait LibTraffic {
+    fn lib_send<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag);
+    fn lib_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status;
+    fn lib_receive<M: Equivalence>(&self, tag: Tag) -> M {
+        let mut v = M::rsmpi_zero();
+        self.lib_receive_into(&mut v, tag);
+        v
+    }
+    fn lib_immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+        &self,
+        scope: Sc,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, B, Sc>;
+}
+
+impl LibTraffic for Process<'_> {
+    #[track_caller]
+    fn lib_send<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) {
+        blocking_send::<tools::Lib, _>(&self.comm, self.rank, buf, tag, SendMode::Standard)
+            .unwrap_or_else(|e| fail("send", e))
+    }
+    #[track_caller]
+    fn lib_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status {
+        blocking_recv::<tools::Lib, _>(&self.comm, Some(self.rank), Some(tag), buf)
+            .unwrap_or_else(|e| fail("receive", e))
+    }
+    #[track_caller]
+    fn lib_immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+        &self,
+        scope: Sc,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Request<'a, B, Sc> {
+        let mode = SendMode::Standard;
+        immediate_send::<tools::Lib, _, _>(&self.comm, self.rank, scope, buf, tag, mode)
+            .unwrap_or_else(|e| fail("isend", e))
+    }
+}
+
 /// Something to send to (`mpi::point_to_point::Destination`): a [`Process`]. Methods
 /// without `_with_tag` use tag 0.
 pub trait Destination: AsCommunicator {
@@ -881,7 +944,8 @@ pub trait Destination: AsCommunicator {
     #[track_caller]
     fn send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
-        blocking_send(&c, r, buf, tag, SendMode::Standard).unwrap_or_else(|e| fail("send", e))
+        blocking_send::<tools::User, _>(&c, r, buf, tag, SendMode::Standard)
+            .unwrap_or_else(|e| fail("send", e))
     }
     /// Standard-mode send with tag 0.
     #[track_caller]
@@ -892,7 +956,8 @@ pub trait Destination: AsCommunicator {
     #[track_caller]
     fn buffered_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
-        blocking_send(&c, r, buf, tag, SendMode::Buffered).unwrap_or_else(|e| fail("bsend", e))
+        blocking_send::<tools::User, _>(&c, r, buf, tag, SendMode::Buffered)
+            .unwrap_or_else(|e| fail("bsend", e))
     }
     /// Buffered send with tag 0.
     #[track_caller]
@@ -903,7 +968,8 @@ pub trait Destination: AsCommunicator {
     #[track_caller]
     fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
-        blocking_send(&c, r, buf, tag, SendMode::Synchronous).unwrap_or_else(|e| fail("ssend", e))
+        blocking_send::<tools::User, _>(&c, r, buf, tag, SendMode::Synchronous)
+            .unwrap_or_else(|e| fail("ssend", e))
     }
     /// Synchronous send with tag 0.
     #[track_caller]
@@ -921,7 +987,8 @@ pub trait Destination: AsCommunicator {
     #[track_caller]
     unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         let (c, r) = self.rsmpi_destination();
-        blocking_send(&c, r, buf, tag, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
+        blocking_send::<tools::User, _>(&c, r, buf, tag, SendMode::Ready)
+            .unwrap_or_else(|e| fail("rsend", e))
     }
     /// Ready send with tag 0.
     ///
@@ -931,7 +998,8 @@ pub trait Destination: AsCommunicator {
     #[track_caller]
     unsafe fn ready_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         let (c, r) = self.rsmpi_destination();
-        blocking_send(&c, r, buf, 0, SendMode::Ready).unwrap_or_else(|e| fail("rsend", e))
+        blocking_send::<tools::User, _>(&c, r, buf, 0, SendMode::Ready)
+            .unwrap_or_else(|e| fail("rsend", e))
     }
     /// Starts a standard-mode send (`MPI_Isend`).
     #[track_caller]
@@ -946,7 +1014,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send(&c, r, scope, buf, tag, SendMode::Standard)
+        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Standard)
             .unwrap_or_else(|e| fail("isend", e))
     }
     /// `MPI_Isend` with tag 0.
@@ -971,7 +1039,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send(&c, r, scope, buf, tag, SendMode::Buffered)
+        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Buffered)
             .unwrap_or_else(|e| fail("ibsend", e))
     }
     /// `MPI_Ibsend` with tag 0.
@@ -996,7 +1064,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send(&c, r, scope, buf, tag, SendMode::Synchronous)
+        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Synchronous)
             .unwrap_or_else(|e| fail("issend", e))
     }
     /// `MPI_Issend` with tag 0.
@@ -1029,7 +1097,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send(&c, r, scope, buf, tag, SendMode::Ready)
+        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Ready)
             .unwrap_or_else(|e| fail("irsend", e))
     }
     /// `MPI_Irsend` with tag 0.
@@ -1048,7 +1116,8 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send(&c, r, scope, buf, 0, SendMode::Ready).unwrap_or_else(|e| fail("irsend", e))
+        immediate_send::<tools::User, _, _>(&c, r, scope, buf, 0, SendMode::Ready)
+            .unwrap_or_else(|e| fail("irsend", e))
     }
 }
 
@@ -1066,15 +1135,15 @@ impl Destination for Process<'_> {
 impl<'p> Process<'p> {
     /// [`Destination::send_with_tag`] returning errors.
     pub fn try_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Standard)
+        blocking_send::<tools::User, _>(&self.comm, self.rank, buf, tag, SendMode::Standard)
     }
     /// [`Destination::ready_send_with_tag`] returning errors ([`Error::NoReceivePosted`]).
     pub fn try_ready_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Ready)
+        blocking_send::<tools::User, _>(&self.comm, self.rank, buf, tag, SendMode::Ready)
     }
     /// [`Destination::buffered_send_with_tag`] returning errors.
     pub fn try_buffered_send_with_tag<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag) -> Result<()> {
-        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Buffered)
+        blocking_send::<tools::User, _>(&self.comm, self.rank, buf, tag, SendMode::Buffered)
     }
     /// [`Destination::synchronous_send_with_tag`] returning errors.
     pub fn try_synchronous_send_with_tag<B: Buffer + ?Sized>(
@@ -1082,7 +1151,7 @@ impl<'p> Process<'p> {
         buf: &B,
         tag: Tag,
     ) -> Result<()> {
-        blocking_send(&self.comm, self.rank, buf, tag, SendMode::Synchronous)
+        blocking_send::<tools::User, _>(&self.comm, self.rank, buf, tag, SendMode::Synchronous)
     }
     /// Starts a send in any mode, returning errors instead of aborting.
     pub fn try_immediate_send_with_tag<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
@@ -1092,7 +1161,7 @@ impl<'p> Process<'p> {
         tag: Tag,
         mode: SendMode,
     ) -> Result<Request<'a, B, Sc>> {
-        immediate_send(&self.comm, self.rank, scope, buf, tag, mode)
+        immediate_send::<tools::User, _, _>(&self.comm, self.rank, scope, buf, tag, mode)
     }
     /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
     /// [`Persistent::start`](crate::request::Persistent::start); update the data between
@@ -1151,7 +1220,7 @@ macro_rules! try_receives {
             /// [`Source::receive_into`] returning errors (truncation, bad rank or tag).
             pub fn try_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<Status> {
                 let (c, s) = self.rsmpi_source();
-                blocking_recv(&c, s, None, buf)
+                blocking_recv::<tools::User, _>(&c, s, None, buf)
             }
             /// [`Source::receive_into_with_tag`] returning errors.
             pub fn try_receive_into_with_tag<B: BufferMut + ?Sized>(
@@ -1160,7 +1229,7 @@ macro_rules! try_receives {
                 tag: Tag,
             ) -> Result<Status> {
                 let (c, s) = self.rsmpi_source();
-                blocking_recv(&c, s, Some(tag), buf)
+                blocking_recv::<tools::User, _>(&c, s, Some(tag), buf)
             }
             /// [`Source::receive_vec`] returning errors.
             pub fn try_receive_vec<T: Equivalence>(&self) -> Result<(Vec<T>, Status)> {
@@ -1181,7 +1250,7 @@ macro_rules! try_receives {
                 tag: Option<Tag>,
             ) -> Result<Request<'a, B, Sc>> {
                 let (c, s) = self.rsmpi_source();
-                immediate_recv(&c, s, scope, buf, tag)
+                immediate_recv::<tools::User, _, _>(&c, s, scope, buf, tag)
             }
             /// A persistent receive into `buf` (`MPI_Recv_init`; `tag` `None` = any
             /// tag); start it with [`Persistent::start`](crate::request::Persistent::start).
@@ -1494,8 +1563,9 @@ where
     let (_, src) = source.rsmpi_source();
     let dest = destination.rsmpi_destination().1;
     crate::request::scope(|sc| {
-        let r = immediate_recv(&comm, src, sc, buf, tag).unwrap_or_else(|e| fail("sendrecv", e));
-        blocking_send(&comm, dest, msg, sendtag, SendMode::Standard)
+        let r = immediate_recv::<tools::User, _, _>(&comm, src, sc, buf, tag)
+            .unwrap_or_else(|e| fail("sendrecv", e));
+        blocking_send::<tools::User, _>(&comm, dest, msg, sendtag, SendMode::Standard)
             .unwrap_or_else(|e| fail("sendrecv", e));
         r.wait()
     })

@@ -231,6 +231,14 @@ impl RecvTable {
         Ok(done.and_then(|o| slot.finish(o)))
     }
 
+    /// The result of receive `id`, if it is complete (left in place).
+    pub fn outcome(&self, id: RecvId) -> Option<RecvOutcome> {
+        match self.0.get(&id) {
+            Some(RecvSlot::Done(o)) => Some(*o),
+            _ => None,
+        }
+    }
+
     /// The result of receive `id`, taken out, if it is complete.
     #[inline(always)]
     pub fn take_done(&mut self, id: RecvId) -> Option<RecvOutcome> {
@@ -363,8 +371,8 @@ impl Finish<'_> {
         outcome: RecvOutcome,
         dst: Option<RecvDst>,
     ) {
-        if let (true, Some(t)) = (W::ON, crate::tools::of(self.tools)) {
-            t.received(recv, &outcome);
+        if W::ON && !cfg!(rsmpi_tools_out) && self.tools.is_some() {
+            self.received(recv);
         }
         match dst {
             Some(RecvDst::Region(r)) => self.by_region.remove(&r),
@@ -373,6 +381,17 @@ impl Finish<'_> {
         }
         if self.registers {
             self.unexpose_later.push(Key::Recv(recv));
+        }
+    }
+
+    /// The tools' hook for receive `recv`, complete: its outcome is read from its slot,
+    /// which holds it by now, so that the path without tools keeps nothing for the
+    /// hook but the id.
+    #[cold]
+    #[inline(never)]
+    fn received(&mut self, recv: RecvId) {
+        if let (Some(t), Some(o)) = (crate::tools::of(self.tools), self.recvs.outcome(recv)) {
+            t.received(recv, &o);
         }
     }
 

@@ -336,6 +336,31 @@ impl Mode for Off {
     const ON: bool = false;
 }
 
+/// Who makes a call on the per-message path: the user ([`User`]) or the library
+/// itself ([`Lib`]: the tools' own traffic, a new communicator's agreement). With no
+/// tool on, the user's calls run the copy without hooks ([`Off`]) and the library's
+/// the copy whose hooks look for the tools ([`On`]), which find none. So the copy
+/// without hooks has the user's calls as its only callers, as in a build with the
+/// tools compiled out, and LLVM compiles it the same way: a second caller from the
+/// tools' code cost the self loop 34 instructions a round (`docs/performance.md`,
+/// "Tools off, fifth round").
+pub(crate) trait Caller {
+    /// The copy of the body that runs with no tool on.
+    type Off: Mode;
+}
+
+/// A call from the user's program.
+pub(crate) struct User;
+/// A call from the library's own code ([`crate::point_to_point::LibTraffic`]).
+pub(crate) struct Lib;
+
+impl Caller for User {
+    type Off = Off;
+}
+impl Caller for Lib {
+    type Off = On;
+}
+
 /// Whether standard sends run as synchronous ones now (`RSMPI_CHECK_SYNC=1` with
 /// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.
 pub(crate) fn send_mode(mode: matching::SendMode) -> matching::SendMode {

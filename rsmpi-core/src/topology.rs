@@ -389,7 +389,7 @@ impl SimpleCommunicator {
 
     /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
     /// a freed communicator. (Inlined: the immediate send's two copies both call it.)
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
         progress::try_with(|s| self.check_rank_in(s, r))?
     }
@@ -430,11 +430,11 @@ impl SimpleCommunicator {
     /// Every member's `mine`, indexed by position in `members` (ranks of this
     /// communicator, including this rank), over the internal context.
     fn allgather_among(&self, members: &[Rank], mine: [i64; 3], tag: Tag) -> Result<Vec<[i64; 3]>> {
-        use crate::point_to_point::{Destination, Source};
+        use crate::point_to_point::LibTraffic;
         let inner = self.internal();
         let tag = (1 << 20) + (tag & 0xfffff);
         for &r in members.iter().filter(|&&r| r != self.rank) {
-            inner.process_at_rank(r).send_with_tag(&mine, tag);
+            inner.process_at_rank(r).lib_send(&mine, tag);
         }
         Ok(members
             .iter()
@@ -443,7 +443,7 @@ impl SimpleCommunicator {
                     mine
                 } else {
                     let mut v = [0i64; 3];
-                    inner.process_at_rank(r).receive_into_with_tag(&mut v, tag);
+                    inner.process_at_rank(r).lib_receive_into(&mut v, tag);
                     v
                 }
             })

@@ -47,6 +47,7 @@ use matching::{RecvId, SendId, Source as Src};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::Call;
+use crate::point_to_point::LibTraffic;
 use crate::progress::{self, Key};
 use crate::tools;
 use crate::topology::SimpleCommunicator;
@@ -386,7 +387,7 @@ fn waiting_in(wait: Wait) {
     }
     tools::own_traffic(|| {
         for (to, tag, msg) in send {
-            tool.process_at_rank(to as i32).send_with_tag(&msg[..], tag);
+            tool.process_at_rank(to as i32).lib_send(&msg[..], tag);
         }
         answer_probes(&tool);
         answer_queries(&tool);
@@ -478,8 +479,7 @@ fn answer_queries(tool: &SimpleCommunicator) {
         for r in deps {
             msg.extend_from_slice(&r.to_le_bytes());
         }
-        tool.process_at_rank(from)
-            .send_with_tag(&msg[..], ANSWER_TAG);
+        tool.process_at_rank(from).lib_send(&msg[..], ANSWER_TAG);
     }
     while let Some(st) = tool.any_process().immediate_probe_with_tag(ANSWER_TAG) {
         let (bytes, _): (Vec<u8>, _) = tool
@@ -487,7 +487,7 @@ fn answer_queries(tool: &SimpleCommunicator) {
             .receive_vec_with_tag(ANSWER_TAG);
         if let Some(send) = take_answer(&bytes) {
             for (to, tag, msg) in send {
-                tool.process_at_rank(to as i32).send_with_tag(&msg[..], tag);
+                tool.process_at_rank(to as i32).lib_send(&msg[..], tag);
             }
         }
     }
@@ -591,7 +591,7 @@ fn answer_probes(tool: &SimpleCommunicator) {
                 let next = first.waits_for;
                 let msg = encode(me, block, 2, &[first]);
                 tool.process_at_rank(next as i32)
-                    .send_with_tag(&msg[..], PROBE_TAG);
+                    .lib_send(&msg[..], PROBE_TAG);
                 tools::with(|t| {
                     if let Some(d) = &mut t.deadlock {
                         d.first_round = path;
@@ -611,7 +611,7 @@ fn answer_probes(tool: &SimpleCommunicator) {
         path.push(hop);
         let msg = encode(init, block, round, &path);
         tool.process_at_rank(next as i32)
-            .send_with_tag(&msg[..], PROBE_TAG);
+            .lib_send(&msg[..], PROBE_TAG);
     }
 }
 

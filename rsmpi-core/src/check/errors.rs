@@ -27,6 +27,7 @@ use matching::{Source as Src, TagSel};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::{json_str, log_line, types, Call};
+use crate::point_to_point::LibTraffic;
 use crate::progress::{self, Key};
 use crate::tools;
 use crate::topology::{SimpleCommunicator, INTERNAL};
@@ -304,9 +305,11 @@ pub(crate) fn finish() {
         for k in 0..size {
             let (to, from) = ((me + k) % size, (me + size - k) % size);
             got[from as usize] = crate::request::scope(|sc| {
-                let r = tool
-                    .process_at_rank(to as i32)
-                    .immediate_send(sc, &mine[to as usize][..]);
+                let r = tool.process_at_rank(to as i32).lib_immediate_send(
+                    sc,
+                    &mine[to as usize][..],
+                    0,
+                );
                 let (v, _): (Vec<u8>, _) = tool.process_at_rank(from as i32).receive_vec();
                 r.wait();
                 v

@@ -50,6 +50,7 @@ use std::sync::Arc;
 use matching::{OneMap, RecvId, RecvOutcome, Source as Src, TagSel};
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::point_to_point::LibTraffic;
 use crate::tools::{self, Channels};
 use crate::topology::{SimpleCommunicator, INTERNAL};
 use crate::trace::format::Op;
@@ -1171,7 +1172,7 @@ fn send_held(dest: u32) {
 }
 
 fn send_notes(tool: &SimpleCommunicator, dest: u32, batch: &[u8]) {
-    tools::own_traffic(|| tool.process_at_rank(dest as i32).send_with_tag(batch, 0));
+    tools::own_traffic(|| tool.process_at_rank(dest as i32).lib_send(batch, 0));
 }
 
 /// This rank has nothing to do (a wait's idle poll): sends the notes it holds back,

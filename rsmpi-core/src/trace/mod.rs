@@ -44,6 +44,7 @@ use std::sync::OnceLock;
 use format::{Kind, Op, Record, RECORD};
 use matching::{RecvId, RecvOutcome};
 
+use crate::point_to_point::LibTraffic;
 use crate::tools::{self, Channels};
 use crate::topology::SimpleCommunicator;
 use crate::traits::*;
@@ -827,8 +828,8 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
     if tool.rank() != 0 {
         let zero = tool.process_at_rank(0);
         for _ in 0..PINGS {
-            let (_, _): (u8, _) = zero.receive_with_tag(1);
-            zero.send_with_tag(&now(), 2);
+            let _: u8 = zero.lib_receive(1);
+            zero.lib_send(&now(), 2);
         }
         let (res, _): (Vec<i64>, _) = zero.receive_vec_with_tag(3);
         return (res[0], res[1] as u64);
@@ -840,8 +841,8 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
         let mut best: Option<(i64, i64)> = None; // (round trip, offset)
         for _ in 0..PINGS {
             let u1 = now();
-            peer.send_with_tag(&0u8, 1);
-            let (u2, _): (i64, _) = peer.receive_with_tag(2);
+            peer.lib_send(&0u8, 1);
+            let u2: i64 = peer.lib_receive(2);
             let u3 = now();
             let rtt = u3 - u1;
             if best.is_none_or(|(b, _)| rtt < b) {
@@ -860,7 +861,7 @@ fn clocks(tool: &SimpleCommunicator) -> (i64, u64) {
     MSG_NS.with(|c| c.set(m as u64));
     for (peer, off, half) in results {
         // the midpoint is off by at most half the round trip's asymmetry
-        peer.send_with_tag(&[off, half.max(1)][..], 3);
+        peer.lib_send(&[off, half.max(1)][..], 3);
     }
     (0, 0)
 }
