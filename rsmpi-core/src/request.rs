@@ -234,7 +234,19 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
             // nothing to hand back (a window of sends waits on 64 of these)
             return Ok(Status::empty(false));
         }
-        let d = self.wait_done();
+        let d = match self.pending.key {
+            Key::Recv(r) => {
+                let o = progress::wait_recv(r);
+                if let Data::Loan(_) = self.data {
+                    // into a lent buffer: the outcome straight to the status, not
+                    // through the general `Done` (whose copies went through the stack)
+                    let p = &self.pending;
+                    return finish_recv(o, p.capacity, p.elem, p.ctx);
+                }
+                Done::Recv(o)
+            }
+            k => progress::wait(k),
+        };
         self.complete_status(d)
     }
 
@@ -369,12 +381,26 @@ pub(crate) fn cancel(key: Key) {
 #[inline(always)]
 pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
     match d {
-        Done::Recv(RecvOutcome::Received {
+        Done::Recv(o) => finish_recv(o, capacity, elem, ctx),
+        Done::Send(SendOutcome::Cancelled) => Ok(Status::empty(true)),
+        Done::Send(SendOutcome::Sent) | Done::Coll(Ok(())) => Ok(Status::empty(false)),
+        Done::Send(SendOutcome::Failed(SendError::NoReceivePosted)) => Err(Error::NoReceivePosted),
+        Done::Send(SendOutcome::Failed(e)) => Err(Error::Buffer(e.to_string())),
+        Done::Coll(Err(e)) => Err(e),
+    }
+}
+
+/// [`finish`] for a receive's outcome `o`: its status, or the error of a message
+/// longer than `capacity` or not a whole number of `elem`-byte elements.
+#[inline(always)]
+pub(crate) fn finish_recv(o: RecvOutcome, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
+    match o {
+        RecvOutcome::Received {
             source,
             tag,
             len,
             truncated_from,
-        }) => {
+        } => {
             if let Some(full) = truncated_from {
                 return Err(Error::Truncated {
                     len: full,
@@ -406,13 +432,7 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
                 cancelled: false,
             })
         }
-        Done::Recv(RecvOutcome::Cancelled) | Done::Send(SendOutcome::Cancelled) => {
-            Ok(Status::empty(true))
-        }
-        Done::Send(SendOutcome::Sent) | Done::Coll(Ok(())) => Ok(Status::empty(false)),
-        Done::Send(SendOutcome::Failed(SendError::NoReceivePosted)) => Err(Error::NoReceivePosted),
-        Done::Send(SendOutcome::Failed(e)) => Err(Error::Buffer(e.to_string())),
-        Done::Coll(Err(e)) => Err(e),
+        RecvOutcome::Cancelled => Ok(Status::empty(true)),
     }
 }
 
