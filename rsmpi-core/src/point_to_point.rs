@@ -891,13 +891,17 @@ impl Source for AnyProcess<'_> {
 /// [`tools::Lib`], so that the copies of their bodies without hooks are left to the
 /// user's calls ([`tools::Caller`]).
 pub(crate) trait LibTraffic {
+    /// [`Destination::send_with_tag`].
     fn lib_send<B: Buffer + ?Sized>(&self, buf: &B, tag: Tag);
+    /// [`Source::receive_into_with_tag`].
     fn lib_receive_into<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Status;
+    /// [`Source::receive_with_tag`], without the status.
     fn lib_receive<M: Equivalence>(&self, tag: Tag) -> M {
         let mut v = M::rsmpi_zero();
         self.lib_receive_into(&mut v, tag);
         v
     }
+    /// [`Destination::immediate_send_with_tag`].
     fn lib_immediate_send<'a, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
         &self,
         scope: Sc,

@@ -310,7 +310,7 @@ pub(crate) use mpi_call;
 /// if tools::is_on() {
 ///     return tools::watched(op, Location::caller(), || body::<tools::On>(args));
 /// }
-/// body::<tools::Off>(args)
+/// body::<U::Off>(args) // `tools::Off` for the user's calls (`U`: [`Caller`])
 /// ```
 ///
 /// The mode parameter makes the two copies, and every closure inside them, distinct
@@ -318,7 +318,8 @@ pub(crate) use mpi_call;
 /// in the unwatched copy, and LLVM inlines the unwatched copy exactly as it would
 /// without the tools. A flag kept across one shared body, a closure around it, or two
 /// copies of an ungeneric body each cost 27–277 instructions per round
-/// (`docs/performance.md`, "Tools off").
+/// (`docs/performance.md`, "Tools off"). For the same reason the library's own calls
+/// never run the unwatched copy ([`Caller`]).
 pub(crate) trait Mode {
     /// Whether this is the watched copy.
     const ON: bool;
