@@ -388,8 +388,8 @@ impl SimpleCommunicator {
     }
 
     /// The world rank of `r`, `None` for `PROC_NULL`; fails for a rank out of range or
-    /// a freed communicator. (Inlined: the immediate send's two copies both call it.)
-    #[inline(always)]
+    /// a freed communicator (the sends on the per-message path check in their own
+    /// visit to the library state, with [`Self::check_rank_in`]).
     pub(crate) fn check_rank(&self, r: Rank) -> Result<Option<u32>> {
         progress::try_with(|s| self.check_rank_in(s, r))?
     }
