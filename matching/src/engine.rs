@@ -440,7 +440,7 @@ impl Engine {
     /// Transmits what waits in `to`'s outbox as far as the credits go. Always inlined,
     /// with the loop out of line: the outbox is empty on the per-message path, and
     /// inlined whole into [`Self::handle`], the loop and the credit message
-    /// ([`Self::consumed`]) took the receive path's registers.
+    /// ([`Self::arrived`]) took the receive path's registers.
     #[inline(always)]
     fn flush(&mut self, to: Rank) {
         if !self.peers[to as usize].outbox.is_empty() {
@@ -470,23 +470,37 @@ impl Engine {
         );
     }
 
-    /// Counts a consumed message from `from`; returns credits explicitly when many are
-    /// owed, or tells `from` how far it has read once `low_water` send requests have
-    /// come since it last did (rule 13): credits that ride back on messages carry no
-    /// `m`, and without it `from` would keep every send request for crossing replays.
-    /// Always inlined, with the credit message out of line (see [`Self::flush`]).
+    /// A message from `from` arrived: takes the credits it returns (more than `from`
+    /// was given is a protocol violation) and, unless it is an explicit credit
+    /// message, counts its `cost` as consumed. Returns credits explicitly when many
+    /// are owed, or tells `from` how far it has read once `low_water` send requests
+    /// have come since it last did (rule 13): credits that ride back on messages carry
+    /// no `m`, and without it `from` would keep every send request for crossing
+    /// replays. Always inlined, with the credit message out of line (see
+    /// [`Self::flush`]); one access to the peer's state.
     #[inline(always)]
-    fn consumed(&mut self, from: Rank, cost: u32) {
-        let lw = self.cfg.low_water;
-        let tell = !self.closing;
+    fn arrived(&mut self, from: Rank, credit: u32, cost: Option<u32>) -> Result<(), ProtocolError> {
+        let (max, lw, tell) = (self.cfg.credits, self.cfg.low_water, !self.closing);
         let p = &mut self.peers[from as usize];
+        p.credits = p
+            .credits
+            .checked_add(credit)
+            .filter(|c| *c <= max)
+            .ok_or_else(|| ProtocolError::Violation {
+                from,
+                what: "returned more credits than it was given".to_string(),
+            })?;
+        let Some(cost) = cost else {
+            return Ok(());
+        };
         p.owed += cost;
         if p.owed >= lw || (tell && p.sendreq_seen - p.told >= u64::from(lw)) {
             self.credit_back(from);
         }
+        Ok(())
     }
 
-    /// Returns `from`'s owed credits in a message of their own ([`Self::consumed`]).
+    /// Returns `from`'s owed credits in a message of their own ([`Self::arrived`]).
     #[inline(never)]
     fn credit_back(&mut self, from: Rank) {
         let p = &mut self.peers[from as usize];
@@ -1241,6 +1255,30 @@ impl Engine {
     #[inline]
     pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
         self.known(from)?;
+        // The common case, a small eager send request, in straight code from its
+        // fields; everything else (and any malformed input) out of line.
+        let Some(e) = wire::decode_small_eager(bytes) else {
+            return self.handle_any(from, bytes);
+        };
+        let cost = self.cfg.credit_cost((bytes.len() - e.hl) as u64);
+        self.arrived(from, e.credit, Some(cost))?;
+        let deliver = self.send_req(
+            from,
+            e.ctx,
+            e.tag,
+            e.len,
+            e.flags,
+            Body::Eager,
+            e.hl,
+            Some(bytes),
+        );
+        self.flush(from);
+        Ok(deliver)
+    }
+
+    /// [`Engine::handle`] for any message: decodes its header, then handles it.
+    #[inline(never)]
+    fn handle_any(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
         let (frame, hl) =
             wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
         self.handle_frame(from, frame, hl, bytes.len(), Some(bytes))
@@ -1303,18 +1341,11 @@ impl Engine {
             from,
             what: what.to_string(),
         };
-        {
-            let p = &mut self.peers[from as usize];
-            p.credits = p
-                .credits
-                .checked_add(frame.credit)
-                .filter(|c| *c <= self.cfg.credits)
-                .ok_or_else(|| violation("returned more credits than it was given"))?;
-        }
-        if frame.msg.consumes_credit() {
-            let cost = self.cfg.credit_cost((len_all - hl) as u64);
-            self.consumed(from, cost);
-        }
+        let cost = frame
+            .msg
+            .consumes_credit()
+            .then(|| self.cfg.credit_cost((len_all - hl) as u64));
+        self.arrived(from, frame.credit, cost)?;
         let mut deliver = None;
         match frame.msg {
             Ctrl::Credit { m } => self.peers[from as usize].crossing.seen(m),
@@ -1353,104 +1384,7 @@ impl Engine {
                 len,
                 flags,
                 body,
-            } => {
-                let count_first = !self.mutated(Mutation::CountAfterRelease);
-                if count_first {
-                    self.peers[from as usize].sendreq_seen += 1;
-                }
-                let i = self.peers[from as usize].sendreq_seen + u64::from(!count_first);
-                let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
-                if let Some(r) = hit {
-                    // `take_match` has taken it off the posted queue; an eager message
-                    // completes it here, so its state goes at once
-                    let st = if body == Body::Eager {
-                        self.recvs
-                            .take_if(&r, |s| Some(s.taken()))
-                            .expect("posted receive")
-                    } else {
-                        self.recvs[&r].taken()
-                    };
-                    if let Some(k) = st.adv {
-                        self.forget_advertised(st.source, k);
-                        self.advertisement_outcome(from, true);
-                    }
-                    let (dlen, outcome) = Self::outcome_in(st.cap, from, tag, len);
-                    if (flags.sync || flags.ready) && body == Body::Eager {
-                        self.ctrl(from, Ctrl::Ack { i });
-                    }
-                    match body {
-                        Body::Eager => {
-                            // the completion goes back with the payload unless an
-                            // output waits before it (the common case: no queue)
-                            let done = self.out.is_empty().then_some(outcome);
-                            if done.is_none() {
-                                self.out.push_back(Output::RecvDone { recv: r, outcome });
-                            }
-                            deliver = Some(Deliver {
-                                recv: r,
-                                range: hl..hl + dlen as usize,
-                                done,
-                            });
-                        }
-                        Body::Rndv(src) | Body::GetNow(src) => {
-                            self.start_get(r, from, i, src, dlen, outcome);
-                        }
-                    }
-                    if st.blocker {
-                        self.unblock(st.ctx);
-                    }
-                } else if flags.ready {
-                    self.ctrl(from, Ctrl::Nack { i });
-                } else {
-                    let data = match body {
-                        Body::Eager => UData::Eager(
-                            bytes.expect("handle_head hands over matched sends only")[hl..]
-                                .to_vec(),
-                        ),
-                        Body::Rndv(src) => UData::Rndv(src),
-                        Body::GetNow(src) => {
-                            let xfer = XferId(self.id());
-                            self.out.push_back(Output::Get {
-                                xfer,
-                                from,
-                                src,
-                                len,
-                                into: GetInto::Staging,
-                            });
-                            UData::Staging(xfer)
-                        }
-                    };
-                    let staging = if let UData::Staging(x) = data {
-                        Some(x)
-                    } else {
-                        None
-                    };
-                    let seq = self.unexpected.push(UEntry {
-                        src: from,
-                        ctx,
-                        tag,
-                        i,
-                        len,
-                        flags,
-                        data,
-                    });
-                    if let Some(x) = staging {
-                        let owner = StageOwner::Unexpected(seq);
-                        self.xfers.insert(
-                            x,
-                            Xfer {
-                                from,
-                                i,
-                                owner,
-                                staged: true,
-                            },
-                        );
-                    }
-                }
-                if !count_first {
-                    self.peers[from as usize].sendreq_seen += 1;
-                }
-            }
+            } => deliver = self.send_req(from, ctx, tag, len, flags, body, hl, bytes),
             Ctrl::Written {
                 k,
                 tag,
@@ -1566,6 +1500,143 @@ impl Engine {
         }
         self.flush(from);
         Ok(deliver)
+    }
+
+    /// A send request from `from` (its credits taken): matched against the posted
+    /// receives, or queued as unexpected. Returns the delivery of an eager payload
+    /// that a posted receive takes. `hl`: the header's length; `bytes`: the whole
+    /// message, needed only for an unexpected eager payload.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_req(
+        &mut self,
+        from: Rank,
+        ctx: Ctx,
+        tag: Tag,
+        len: u64,
+        flags: wire::SendFlags,
+        body: Body,
+        hl: usize,
+        bytes: Option<&[u8]>,
+    ) -> Option<Deliver> {
+        let mut deliver = None;
+        let count_first = !self.mutated(Mutation::CountAfterRelease);
+        if count_first {
+            self.peers[from as usize].sendreq_seen += 1;
+        }
+        let i = self.peers[from as usize].sendreq_seen + u64::from(!count_first);
+        let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
+        if let Some(r) = hit {
+            // `take_match` has taken it off the posted queue; an eager message
+            // completes it here, so its state goes at once
+            let st = if body == Body::Eager {
+                self.recvs
+                    .take_if(&r, |s| Some(s.taken()))
+                    .expect("posted receive")
+            } else {
+                self.recvs[&r].taken()
+            };
+            if let Some(k) = st.adv {
+                self.forget_advertised(st.source, k);
+                self.advertisement_outcome(from, true);
+            }
+            let (dlen, outcome) = Self::outcome_in(st.cap, from, tag, len);
+            if (flags.sync || flags.ready) && body == Body::Eager {
+                self.ctrl(from, Ctrl::Ack { i });
+            }
+            match body {
+                Body::Eager => {
+                    // the completion goes back with the payload unless an
+                    // output waits before it (the common case: no queue)
+                    let done = self.out.is_empty().then_some(outcome);
+                    if done.is_none() {
+                        self.out.push_back(Output::RecvDone { recv: r, outcome });
+                    }
+                    deliver = Some(Deliver {
+                        recv: r,
+                        range: hl..hl + dlen as usize,
+                        done,
+                    });
+                }
+                Body::Rndv(src) | Body::GetNow(src) => {
+                    self.start_get(r, from, i, src, dlen, outcome);
+                }
+            }
+            if st.blocker {
+                self.unblock(st.ctx);
+            }
+        } else if flags.ready {
+            self.ctrl(from, Ctrl::Nack { i });
+        } else {
+            self.unexpected_send(from, i, ctx, tag, len, flags, body, hl, bytes);
+        }
+        if !count_first {
+            self.peers[from as usize].sendreq_seen += 1;
+        }
+        deliver
+    }
+
+    /// A send request that no posted receive takes: queued as unexpected, its eager
+    /// payload copied out of the message (`bytes`, the whole message; `hl`, its
+    /// header's length), a get-protocol payload read into a staging buffer at once.
+    /// Out of line: a matched send's path (the common case) stays short.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn unexpected_send(
+        &mut self,
+        from: Rank,
+        i: u64,
+        ctx: Ctx,
+        tag: Tag,
+        len: u64,
+        flags: wire::SendFlags,
+        body: Body,
+        hl: usize,
+        bytes: Option<&[u8]>,
+    ) {
+        let data = match body {
+            Body::Eager => UData::Eager(
+                bytes.expect("handle_head hands over matched sends only")[hl..].to_vec(),
+            ),
+            Body::Rndv(src) => UData::Rndv(src),
+            Body::GetNow(src) => {
+                let xfer = XferId(self.id());
+                self.out.push_back(Output::Get {
+                    xfer,
+                    from,
+                    src,
+                    len,
+                    into: GetInto::Staging,
+                });
+                UData::Staging(xfer)
+            }
+        };
+        let staging = if let UData::Staging(x) = data {
+            Some(x)
+        } else {
+            None
+        };
+        let seq = self.unexpected.push(UEntry {
+            src: from,
+            ctx,
+            tag,
+            i,
+            len,
+            flags,
+            data,
+        });
+        if let Some(x) = staging {
+            let owner = StageOwner::Unexpected(seq);
+            self.xfers.insert(
+                x,
+                Xfer {
+                    from,
+                    i,
+                    owner,
+                    staged: true,
+                },
+            );
+        }
     }
 
     /// The one-sided write emitted as [`Output::Put`] for `send` has completed locally:

@@ -420,7 +420,7 @@ const SMALL_EAGER_LEN: u64 = 1 << 14;
 /// instructions more per round of a ping-pong (`docs/performance.md`, eighteenth
 /// round).
 #[inline]
-fn decode_small_eager(bytes: &[u8]) -> Option<(Frame, usize)> {
+pub(crate) fn decode_small_eager(bytes: &[u8]) -> Option<SmallEager> {
     let h: &[u8; 7] = bytes.get(..7)?.try_into().ok()?;
     let [VERSION, kind::SEND_EAGER, credit, ctx, tag, l0, x] = *h else {
         return None;
@@ -447,10 +447,44 @@ fn decode_small_eager(bytes: &[u8]) -> Option<(Frame, usize)> {
     Some(small_eager(credit, ctx, tag, len, fl, 8))
 }
 
-/// The small eager send request's frame and header length.
+/// A small eager send request's fields, as [`decode_small_eager`] reads them: the
+/// engine handles it from these without building a [`Frame`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SmallEager {
+    pub credit: u32,
+    pub ctx: Ctx,
+    pub tag: Tag,
+    pub len: u64,
+    pub flags: SendFlags,
+    /// The header's length: the payload follows it.
+    pub hl: usize,
+}
+
+impl SmallEager {
+    /// The frame and header length that [`decode`] returns for it.
+    fn frame(self) -> (Frame, usize) {
+        let msg = Ctrl::SendReq {
+            ctx: self.ctx,
+            tag: self.tag,
+            len: self.len,
+            flags: self.flags,
+            body: Body::Eager,
+        };
+        (
+            Frame {
+                credit: self.credit,
+                msg,
+            },
+            self.hl,
+        )
+    }
+}
+
+/// The small eager send request's fields.
 #[inline(always)]
-fn small_eager(credit: u8, ctx: u8, tag: u8, len: u64, fl: u8, hl: usize) -> (Frame, usize) {
-    let msg = Ctrl::SendReq {
+fn small_eager(credit: u8, ctx: u8, tag: u8, len: u64, fl: u8, hl: usize) -> SmallEager {
+    SmallEager {
+        credit: credit.into(),
         ctx: ctx.into(),
         tag: tag.into(),
         len,
@@ -458,15 +492,8 @@ fn small_eager(credit: u8, ctx: u8, tag: u8, len: u64, fl: u8, hl: usize) -> (Fr
             sync: fl & 1 != 0,
             ready: fl & 2 != 0,
         },
-        body: Body::Eager,
-    };
-    (
-        Frame {
-            credit: credit.into(),
-            msg,
-        },
         hl,
-    )
+    }
 }
 
 /// Decodes a header; returns it and the header's length. The rest of `bytes` is the
@@ -474,7 +501,7 @@ fn small_eager(credit: u8, ctx: u8, tag: u8, len: u64, fl: u8, hl: usize) -> (Fr
 /// exactly `len` bytes.
 pub fn decode(bytes: &[u8]) -> Result<(Frame, usize), WireError> {
     match decode_small_eager(bytes) {
-        Some(f) => Ok(f),
+        Some(e) => Ok(e.frame()),
         None => decode_any(bytes, bytes.len()),
     }
 }
@@ -660,10 +687,10 @@ mod tests {
             let payload = (len as i64 + extra).max(0) as usize;
             b.resize(b.len() + payload, 0xaa);
             b.truncate((next() % 1024) as usize + 6);
-            if let Some(f) = decode_small_eager(&b) {
+            if let Some(e) = decode_small_eager(&b) {
                 fast += 1;
-                fast_two += usize::from(f.1 == 8);
-                assert_eq!(decode_any(&b, b.len()), Ok(f), "{b:?}");
+                fast_two += usize::from(e.hl == 8);
+                assert_eq!(decode_any(&b, b.len()), Ok(e.frame()), "{b:?}");
             }
             assert_eq!(decode(&b), decode_any(&b, b.len()), "{b:?}");
         }
