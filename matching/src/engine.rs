@@ -1252,14 +1252,39 @@ impl Engine {
     /// the driver copies it before releasing the message and before draining outputs,
     /// and completes the receive then if the delivery carries its completion
     /// ([`Deliver::done`]).
+    ///
+    /// The same as [`Engine::handle_common`], or where that returns `None`,
+    /// [`Engine::handle_other`]: a driver that calls those two itself keeps the
+    /// common case's result out of memory (the other's comes back through it).
     #[inline]
     pub fn handle(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
+        match self.handle_common(from, bytes) {
+            Some(r) => r,
+            None => self.handle_other(from, bytes),
+        }
+    }
+
+    /// [`Engine::handle`] for the common case, a small eager send request, in straight
+    /// code from its fields; `None` (having changed nothing) for any other message,
+    /// malformed ones included, which [`Engine::handle_other`] then handles.
+    #[inline]
+    pub fn handle_common(
+        &mut self,
+        from: Rank,
+        bytes: &[u8],
+    ) -> Option<Result<Option<Deliver>, ProtocolError>> {
+        let e = wire::decode_small_eager(bytes)?;
+        Some(self.small_eager(from, e, bytes))
+    }
+
+    #[inline(always)]
+    fn small_eager(
+        &mut self,
+        from: Rank,
+        e: wire::SmallEager,
+        bytes: &[u8],
+    ) -> Result<Option<Deliver>, ProtocolError> {
         self.known(from)?;
-        // The common case, a small eager send request, in straight code from its
-        // fields; everything else (and any malformed input) out of line.
-        let Some(e) = wire::decode_small_eager(bytes) else {
-            return self.handle_any(from, bytes);
-        };
         let cost = self.cfg.credit_cost((bytes.len() - e.hl) as u64);
         self.arrived(from, e.credit, Some(cost))?;
         let deliver = self.send_req(
@@ -1276,9 +1301,15 @@ impl Engine {
         Ok(deliver)
     }
 
-    /// [`Engine::handle`] for any message: decodes its header, then handles it.
+    /// [`Engine::handle`] for any message (out of line): decodes its header, then
+    /// handles it.
     #[inline(never)]
-    fn handle_any(&mut self, from: Rank, bytes: &[u8]) -> Result<Option<Deliver>, ProtocolError> {
+    pub fn handle_other(
+        &mut self,
+        from: Rank,
+        bytes: &[u8],
+    ) -> Result<Option<Deliver>, ProtocolError> {
+        self.known(from)?;
         let (frame, hl) =
             wire::decode(bytes).map_err(|err| ProtocolError::Malformed { from, err })?;
         self.handle_frame(from, frame, hl, bytes.len(), Some(bytes))

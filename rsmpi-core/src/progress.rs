@@ -558,16 +558,12 @@ impl State {
                     Err(e) => return err = Some(e),
                 },
             };
-            match engine.handle(from, bytes) {
-                Ok(Some(d)) => {
-                    let data = &bytes[d.range.clone()];
-                    if let Err(e) = fin.deliver::<crate::tools::On>(d, data) {
-                        err = Some(e);
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => err = Some(e.to_string()),
-            }
+            // the common case handled here, the others out of line, so that their
+            // results do not meet (`Engine::handle_common`)
+            let Some(r) = engine.handle_common(from, bytes) else {
+                return Self::handle_other(engine, &mut fin, from, bytes, &mut err);
+            };
+            Self::delivered(r, &mut fin, bytes, &mut err);
         });
         self.unexpose_finished();
         if let Some(e) = err {
@@ -577,6 +573,42 @@ impl State {
             Ok(n) => n,
             Err(e) => self.fatal("poll", &e),
         }
+    }
+
+    /// Copies the payload of a handled message into its receive's buffer, if it has
+    /// one for a posted receive (and completes the receive if the delivery says so);
+    /// an error goes to `err`.
+    #[inline(always)]
+    fn delivered(
+        r: std::result::Result<Option<matching::Deliver>, matching::ProtocolError>,
+        fin: &mut Finish<'_>,
+        bytes: &[u8],
+        err: &mut Option<String>,
+    ) {
+        match r {
+            Ok(Some(d)) => {
+                let data = &bytes[d.range.clone()];
+                if let Err(e) = fin.deliver::<crate::tools::On>(d, data) {
+                    *err = Some(e);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => *err = Some(e.to_string()),
+        }
+    }
+
+    /// A message other than the common case (`Engine::handle_other`), handled and
+    /// delivered.
+    #[inline(never)]
+    fn handle_other(
+        engine: &mut Engine,
+        fin: &mut Finish<'_>,
+        from: Rank,
+        bytes: &[u8],
+        err: &mut Option<String>,
+    ) {
+        let r = engine.handle_other(from, bytes);
+        Self::delivered(r, fin, bytes, err);
     }
 
     /// A large message still being copied in: if a posted receive takes it, copies it
