@@ -264,6 +264,15 @@ pub struct Engine {
     closing: bool,
 }
 
+/// A send request's fields, as [`Engine::send_req`] takes them.
+#[derive(Clone, Copy)]
+struct SendReqOf {
+    ctx: Ctx,
+    tag: Tag,
+    len: u64,
+    flags: wire::SendFlags,
+    body: Body,
+}
 impl Engine {
     /// A new engine for rank `me` of a job of `size` ranks.
     pub fn new(me: Rank, size: u32, cfg: Config) -> Engine {
@@ -1287,16 +1296,14 @@ impl Engine {
         self.known(from)?;
         let cost = self.cfg.credit_cost((bytes.len() - e.hl) as u64);
         self.arrived(from, e.credit, Some(cost))?;
-        let deliver = self.send_req(
-            from,
-            e.ctx,
-            e.tag,
-            e.len,
-            e.flags,
-            Body::Eager,
-            e.hl,
-            Some(bytes),
-        );
+        let req = SendReqOf {
+            ctx: e.ctx,
+            tag: e.tag,
+            len: e.len,
+            flags: e.flags,
+            body: Body::Eager,
+        };
+        let deliver = self.send_req(from, req, e.hl, Some(bytes));
         self.flush(from);
         Ok(deliver)
     }
@@ -1415,7 +1422,16 @@ impl Engine {
                 len,
                 flags,
                 body,
-            } => deliver = self.send_req(from, ctx, tag, len, flags, body, hl, bytes),
+            } => {
+                let req = SendReqOf {
+                    ctx,
+                    tag,
+                    len,
+                    flags,
+                    body,
+                };
+                deliver = self.send_req(from, req, hl, bytes);
+            }
             Ctrl::Written {
                 k,
                 tag,
@@ -1537,19 +1553,21 @@ impl Engine {
     /// receives, or queued as unexpected. Returns the delivery of an eager payload
     /// that a posted receive takes. `hl`: the header's length; `bytes`: the whole
     /// message, needed only for an unexpected eager payload.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn send_req(
         &mut self,
         from: Rank,
-        ctx: Ctx,
-        tag: Tag,
-        len: u64,
-        flags: wire::SendFlags,
-        body: Body,
+        req: SendReqOf,
         hl: usize,
         bytes: Option<&[u8]>,
     ) -> Option<Deliver> {
+        let SendReqOf {
+            ctx,
+            tag,
+            len,
+            flags,
+            body,
+        } = req;
         let mut deliver = None;
         let count_first = !self.mutated(Mutation::CountAfterRelease);
         if count_first {
@@ -1611,8 +1629,8 @@ impl Engine {
     /// payload copied out of the message (`bytes`, the whole message; `hl`, its
     /// header's length), a get-protocol payload read into a staging buffer at once.
     /// Out of line: a matched send's path (the common case) stays short.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn unexpected_send(
         &mut self,
         from: Rank,
