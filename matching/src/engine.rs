@@ -266,13 +266,14 @@ pub struct Engine {
 
 /// A send request's fields, as [`Engine::send_req`] takes them.
 #[derive(Clone, Copy)]
-struct SendReqOf {
+struct SendReqFields {
     ctx: Ctx,
     tag: Tag,
     len: u64,
     flags: wire::SendFlags,
     body: Body,
 }
+
 impl Engine {
     /// A new engine for rank `me` of a job of `size` ranks.
     pub fn new(me: Rank, size: u32, cfg: Config) -> Engine {
@@ -1286,6 +1287,8 @@ impl Engine {
         Some(self.small_eager(from, e, bytes))
     }
 
+    /// [`Engine::handle_common`]'s message, decoded: the credits it returns and its
+    /// cost taken, then the send request, as [`Engine::handle_frame`] would.
     #[inline(always)]
     fn small_eager(
         &mut self,
@@ -1296,7 +1299,7 @@ impl Engine {
         self.known(from)?;
         let cost = self.cfg.credit_cost((bytes.len() - e.hl) as u64);
         self.arrived(from, e.credit, Some(cost))?;
-        let req = SendReqOf {
+        let req = SendReqFields {
             ctx: e.ctx,
             tag: e.tag,
             len: e.len,
@@ -1423,7 +1426,7 @@ impl Engine {
                 flags,
                 body,
             } => {
-                let req = SendReqOf {
+                let req = SendReqFields {
                     ctx,
                     tag,
                     len,
@@ -1557,11 +1560,11 @@ impl Engine {
     fn send_req(
         &mut self,
         from: Rank,
-        req: SendReqOf,
+        req: SendReqFields,
         hl: usize,
         bytes: Option<&[u8]>,
     ) -> Option<Deliver> {
-        let SendReqOf {
+        let SendReqFields {
             ctx,
             tag,
             len,

@@ -73,6 +73,8 @@ struct World {
     seed: u8,
     /// Frames that `handle_head` delivered from their first bytes.
     early: u64,
+    /// Frames that `handle_common` (the small eager send's straight path) took.
+    common: u64,
 }
 
 /// The bytes of a message still arriving that a transport always has (the shared
@@ -100,6 +102,7 @@ impl World {
             delivered: HashMap::new(),
             seed: 0,
             early: 0,
+            common: 0,
         }
     }
 
@@ -425,7 +428,22 @@ impl World {
         // the least a transport hands over: the header alone
         let hl = decode(&bytes).map_or(bytes.len().min(transport_head()), |(_, hl)| hl);
         let early = twin.handle_head(from, &bytes[..hl], bytes.len());
+        // the common case's straight path (`handle_common`, taken by `handle`) does
+        // exactly what the general one (`handle_other`) does
+        let mut general = before.clone();
+        let by_general = general.handle_other(from, &bytes);
+        let common = before.clone().handle_common(from, &bytes).is_some();
+        self.common += u64::from(common);
         let res = self.eng[to as usize].handle(from, &bytes);
+        assert_eq!(
+            format!("{res:?}"),
+            format!("{by_general:?}"),
+            "handle_common and handle_other returned alike"
+        );
+        assert!(
+            general == self.eng[to as usize],
+            "handle_common and handle_other changed the state alike"
+        );
         match early {
             Ok(Some(d)) => {
                 assert_eq!(res.as_ref().ok(), Some(&Some(d)), "handle_head delivered");
@@ -1368,7 +1386,10 @@ fn cancel_receive_while_the_write_to_it_is_in_flight() {
 
 #[test]
 fn cancel_local_receive() {
-    let mut w = World::two(cfg(|c| c.matching = MatchingMode::Receiver));
+    let mut w = World::two(cfg(|c| {
+        c.matching = MatchingMode::Receiver;
+        c.eager_limit = 1 << 14;
+    }));
     let r = w.post(1, R0, t(4), 8);
     w.eng[1].cancel_recv(r).unwrap();
     w.drain(1);
@@ -1802,6 +1823,63 @@ fn three_ranks_any_source_any_tag_order() {
     w.assert_received(1, recvs[2], 0, c, 3);
     w.assert_received(1, recvs[3], 2, d, 4);
     assert_eq!(w.stats(1).advertised, 0);
+}
+
+/// Small eager sends take the straight path (`handle_common`) — matched, unexpected,
+/// synchronous, ready (with and without a receive), truncated, to a wildcard — and
+/// everything else the general one; the driver checks on every frame that the
+/// straight path does exactly what the general one (`handle_other`) does.
+#[test]
+fn small_eager_sends_take_the_straight_path_alike() {
+    let mut w = World::two(cfg(|c| {
+        c.matching = MatchingMode::Receiver;
+        c.eager_limit = 1 << 14;
+    }));
+    // matched, standard and synchronous
+    let r = w.post(1, R0, t(1), 64);
+    let s = w.send(0, 1, 1, 8, STD);
+    w.run();
+    w.assert_received(1, r, 0, s, 1);
+    let r = w.post(1, R0, t(2), 64);
+    let s = w.send(0, 1, 2, 8, SendMode::Synchronous);
+    w.run();
+    w.assert_received(1, r, 0, s, 2);
+    assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    let straight = w.common;
+    assert!(straight >= 2, "{straight} frames took the straight path");
+    // unexpected, then received; a length of two bytes (128 B and more)
+    let s = w.send(0, 1, 3, 1000, STD);
+    w.run();
+    let r = w.post(1, R0, t(3), 1000);
+    w.run();
+    w.assert_received(1, r, 0, s, 3);
+    // ready mode without a receive: refused
+    let s = w.send(0, 1, 4, 8, SendMode::Ready);
+    w.run();
+    assert_eq!(
+        w.send_done(0, s),
+        Some(SendOutcome::Failed(SendError::NoReceivePosted))
+    );
+    // truncated into a wildcard receive
+    let any = w.post(1, Source::Any, TagSel::Any, 4);
+    w.send(0, 1, 5, 40, STD);
+    w.run();
+    assert!(matches!(
+        w.recv_done(1, any),
+        Some(RecvOutcome::Received {
+            len: 4,
+            truncated_from: Some(40),
+            ..
+        })
+    ));
+    assert!(w.common >= straight + 3, "{} frames", w.common);
+    // a rendezvous send request, and the messages it brings, take the general path
+    let before = w.common;
+    let r = w.post(1, R0, t(6), 20_000);
+    let s = w.send(0, 1, 6, 20_000, STD);
+    w.run();
+    w.assert_received(1, r, 0, s, 6);
+    assert_eq!(w.common, before, "no small eager send request among them");
 }
 
 /// A large eager message can be handled from its header alone (`handle_head`) when a
