@@ -108,8 +108,9 @@ pub struct SendSpec {
 enum RStage {
     /// In the posted queue; `adv` = (peer, k) once advertised.
     Posted { adv: Option<u64>, cancelling: bool },
-    /// Matched; the payload is being read (rendezvous) or staged.
-    Fetching { outcome: RecvOutcome },
+    /// Matched; the payload is being read (rendezvous) or staged. The receive's
+    /// outcome waits with the read ([`StageOwner::Recv`]).
+    Fetching,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,7 +119,6 @@ struct RecvState {
     tag: TagSel,
     ctx: Ctx,
     cap: u64,
-    buf: Option<RemoteBuf>,
     /// Not advertised when posted (ANY_SOURCE, not contiguous, receiver-only matching,
     /// or paused): holds later receives of its context back from advertising.
     blocker: bool,
@@ -148,7 +148,7 @@ impl RecvState {
             blocker: self.blocker,
             adv: match self.stage {
                 RStage::Posted { adv, .. } => adv,
-                RStage::Fetching { .. } => None,
+                RStage::Fetching => None,
             },
         }
     }
@@ -215,7 +215,7 @@ struct Peer {
     pause_left: u32,
     pause_len: u32,
     /// The last receive left unadvertised by a pause (it may have completed since).
-    paused_recv: Option<RecvId>,
+    paused_recv: Option<(RecvId, RemoteBuf)>,
     // flow control
     credits: u32,
     owed: u32,
@@ -226,7 +226,8 @@ struct Peer {
 enum StageOwner {
     Unexpected(u64),
     Probed(MsgId),
-    Recv(RecvId),
+    /// A matched receive, with the outcome it completes with once the read is done.
+    Recv(RecvId, RecvOutcome),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -254,7 +255,7 @@ pub struct Engine {
     /// Per context: pending receives that block advertising (ANY_SOURCE, or not
     /// advertisable), and the receives held back behind them, in posting order.
     blockers: Counts<Ctx>,
-    held: HMap<Ctx, VecDeque<RecvId>>,
+    held: HMap<Ctx, VecDeque<(RecvId, RemoteBuf)>>,
     xfers: HMap<XferId, Xfer>,
     next_id: u64,
     bsend: Option<(u64, u64)>,
@@ -589,10 +590,6 @@ impl Engine {
             tag: spec.tag,
             ctx: spec.ctx,
             cap: spec.capacity,
-            buf: spec.buf.map(|b| RemoteBuf {
-                len: b.len.min(spec.capacity),
-                ..b
-            }),
             blocker: true,
             stage: RStage::Posted {
                 adv: None,
@@ -611,13 +608,27 @@ impl Engine {
             return Ok(id);
         }
         let mut paused = false;
+        // the buffer is kept only where the receive may be advertised: with the
+        // advertisement, or beside a held or paused receive until it is
+        let buf = match spec.buf {
+            Some(b)
+                if self.cfg.matching == MatchingMode::Both
+                    && spec.capacity > self.cfg.advertise_above =>
+            {
+                RemoteBuf {
+                    len: b.len.min(spec.capacity),
+                    ..b
+                }
+            }
+            _ => RemoteBuf::default(),
+        };
         let advertisable = self.cfg.matching == MatchingMode::Both
-            && st.buf.is_some()
+            && spec.buf.is_some()
             && spec.capacity > self.cfg.advertise_above
             && match spec.source {
                 Source::Rank(r) => {
                     self.resume(r);
-                    paused = self.paused(r, id);
+                    paused = self.paused(r, id, buf);
                     !paused
                 }
                 Source::Any => false,
@@ -630,14 +641,14 @@ impl Engine {
         } else if !advertisable {
             // (mutation only) neither advertised nor holding anything back
         } else if self.blockers.count(&spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
-            self.advertise(id);
+            self.advertise(id, buf);
         } else {
-            self.held.entry(spec.ctx).or_default().push_back(id);
+            self.held.entry(spec.ctx).or_default().push_back((id, buf));
         }
         Ok(id)
     }
 
-    fn advertise(&mut self, id: RecvId) {
+    fn advertise(&mut self, id: RecvId, buf: RemoteBuf) {
         let st = self.recvs[&id];
         let Source::Rank(peer) = st.source else {
             unreachable!("only specific sources")
@@ -653,7 +664,6 @@ impl Engine {
             cancelling: false,
         };
         self.stats.advertised += 1;
-        let buf = st.buf.expect("advertisable");
         self.ctrl(
             peer,
             Ctrl::RecvReq {
@@ -679,21 +689,21 @@ impl Engine {
     #[inline(never)]
     fn release_held(&mut self, ctx: Ctx) {
         let held = self.held.remove(&ctx).unwrap_or_default();
-        for id in held {
+        for (id, buf) in held {
             if self.is_posted(id) {
-                self.advertise(id);
+                self.advertise(id, buf);
             }
         }
     }
 
     /// Adaptive advertising: whether receive `id` from `peer`, posted now, stays
     /// unadvertised (counts it if so).
-    fn paused(&mut self, peer: Rank, id: RecvId) -> bool {
+    fn paused(&mut self, peer: Rank, id: RecvId, buf: RemoteBuf) -> bool {
         let p = &mut self.peers[peer as usize];
         if p.pause_left == 0 {
             return false;
         }
-        p.paused_recv = Some(id);
+        p.paused_recv = Some((id, buf));
         p.pause_left -= 1;
         if p.pause_left == 0 {
             // on probation: one more wasted advertisement starts a longer pause
@@ -709,7 +719,7 @@ impl Engine {
     /// it is the only blocker of its context (rule 15: it is then exactly a held
     /// receive being released, rule 3).
     fn resume(&mut self, peer: Rank) {
-        let Some(r) = self.peers[peer as usize].paused_recv.take() else {
+        let Some((r, buf)) = self.peers[peer as usize].paused_recv.take() else {
             return;
         };
         if !self.is_posted(r) || self.mutated(Mutation::PausedNoHold) {
@@ -730,7 +740,7 @@ impl Engine {
         );
         if self.blockers.count(&ctx) == 1 && !cancelling {
             st.blocker = false;
-            self.advertise(r);
+            self.advertise(r, buf);
             self.unblock(ctx);
         }
     }
@@ -825,8 +835,8 @@ impl Engine {
                 self.start_get(id, e.src, e.i, src, len, outcome);
             }
             UData::Staging(x) => {
-                self.xfers.get_mut(&x).expect("staging xfer").owner = StageOwner::Recv(id);
-                self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching { outcome };
+                self.xfers.get_mut(&x).expect("staging xfer").owner = StageOwner::Recv(id, outcome);
+                self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching;
             }
         }
     }
@@ -846,11 +856,11 @@ impl Engine {
             Xfer {
                 from,
                 i,
-                owner: StageOwner::Recv(id),
+                owner: StageOwner::Recv(id, o),
                 staged: false,
             },
         );
-        self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching { outcome: o };
+        self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching;
         self.out.push_back(Output::Get {
             xfer,
             from,
@@ -866,7 +876,7 @@ impl Engine {
     pub fn cancel_recv(&mut self, id: RecvId) -> Result<(), CallError> {
         let st = *self.recvs.get(&id).ok_or(CallError::UnknownRequest)?;
         match st.stage {
-            RStage::Fetching { .. }
+            RStage::Fetching
             | RStage::Posted {
                 cancelling: true, ..
             } => Ok(()),
@@ -890,7 +900,7 @@ impl Engine {
                 if st.blocker {
                     self.unblock(st.ctx);
                 } else if let Some(h) = self.held.get_mut(&st.ctx) {
-                    h.retain(|x| *x != id);
+                    h.retain(|x| x.0 != id);
                 }
                 Ok(())
             }
@@ -937,7 +947,6 @@ impl Engine {
             tag: TagSel::Tag(e.tag),
             ctx: e.ctx,
             cap: capacity,
-            buf: None,
             blocker: false,
             stage: RStage::Posted {
                 adv: None,
@@ -1723,10 +1732,7 @@ impl Engine {
                     e.data = UData::Staged(data);
                 }
             }
-            StageOwner::Recv(r) => {
-                let RStage::Fetching { outcome } = self.recvs[&r].stage else {
-                    unreachable!("a read completes a fetching receive")
-                };
+            StageOwner::Recv(r, outcome) => {
                 if x.staged {
                     let mut d = data;
                     if let RecvOutcome::Received { len, .. } = outcome {
