@@ -139,6 +139,22 @@ struct Taken {
 }
 
 impl RecvState {
+    /// The state of a receive posted as `spec`.
+    #[inline(always)]
+    fn posted(spec: &RecvSpec, blocker: bool) -> RecvState {
+        RecvState {
+            source: spec.source,
+            tag: spec.tag,
+            ctx: spec.ctx,
+            cap: spec.capacity,
+            blocker,
+            stage: RStage::Posted {
+                adv: None,
+                cancelling: false,
+            },
+        }
+    }
+
     #[inline(always)]
     fn taken(&self) -> Taken {
         Taken {
@@ -240,6 +256,88 @@ struct Xfer {
     staged: bool,
 }
 
+/// Per context, how many posted receives block advertising there (rule 6), kept
+/// only for the contexts where the number has been asked for: by a receive that
+/// could be advertised, or a paused one resuming ([`Engine::blockers_in`] counts
+/// them from the receives' states then). A program whose receives are never
+/// advertised (every one of eager size, or receiver-side matching) counts nothing,
+/// and a blocking receive's posting and matching look nothing up here.
+///
+/// The counts are a function of the receives' states (`Engine::recvs`), so they take
+/// no part in comparing or hashing engine states (the model checker's): two states
+/// with the same receives are the same whichever contexts are counted.
+#[derive(Clone, Debug, Default)]
+struct Blockers {
+    /// For each counted context, 1 + its count (0, vacant: not counted).
+    counted: Counts<Ctx>,
+    /// Whether any context is counted: while none is, there is nothing to look up.
+    any: bool,
+}
+
+impl Blockers {
+    /// A blocking receive was posted in `ctx`.
+    #[inline(always)]
+    fn posted(&mut self, ctx: Ctx) {
+        if self.any {
+            self.posted_counted(ctx);
+        }
+    }
+
+    /// [`Self::posted`] once some context is counted (out of line: the common case
+    /// stays one test).
+    #[inline(never)]
+    fn posted_counted(&mut self, ctx: Ctx) {
+        if let Some(n) = self.counted.get_mut(&ctx).filter(|n| **n > 0) {
+            *n += 1;
+        }
+    }
+
+    /// A blocking receive of `ctx` left the posted queue (or stopped blocking): the
+    /// number left, if `ctx` is counted.
+    #[inline(always)]
+    fn left(&mut self, ctx: Ctx) -> Option<u32> {
+        if !self.any {
+            return None;
+        }
+        self.left_counted(ctx)
+    }
+
+    /// [`Self::left`] once some context is counted.
+    #[inline(never)]
+    fn left_counted(&mut self, ctx: Ctx) -> Option<u32> {
+        let n = self.counted.get_mut(&ctx).filter(|n| **n > 0)?;
+        assert!(*n > 1, "a blocker left context {ctx}, which had none");
+        *n -= 1;
+        Some(*n - 1)
+    }
+
+    /// The count of `ctx`, if it is counted.
+    fn counted(&self, ctx: Ctx) -> Option<u32> {
+        self.counted.count(&ctx).checked_sub(1)
+    }
+
+    /// Starts counting `ctx`, which has `n` blockers now.
+    fn start(&mut self, ctx: Ctx, n: u32) {
+        self.counted.set(ctx, n + 1);
+        self.any = true;
+    }
+}
+
+impl PartialEq for Blockers {
+    fn eq(&self, _: &Self) -> bool {
+        // a function of the receives' states, which are compared (type docs)
+        true
+    }
+}
+
+impl Eq for Blockers {}
+
+impl std::hash::Hash for Blockers {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {
+        // as `eq`: nothing of its own
+    }
+}
+
 /// One rank's protocol engine. See the crate docs for the protocol.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Engine {
@@ -254,7 +352,7 @@ pub struct Engine {
     sends: OneMap<SendId, SendState>,
     /// Per context: pending receives that block advertising (ANY_SOURCE, or not
     /// advertisable), and the receives held back behind them, in posting order.
-    blockers: Counts<Ctx>,
+    blockers: Blockers,
     held: HMap<Ctx, VecDeque<(RecvId, RemoteBuf)>>,
     xfers: HMap<XferId, Xfer>,
     next_id: u64,
@@ -298,7 +396,7 @@ impl Engine {
             probed: HMap::default(),
             recvs: OneMap::default(),
             sends: OneMap::default(),
-            blockers: Counts::default(),
+            blockers: Blockers::default(),
             held: HMap::default(),
             xfers: HMap::default(),
             next_id: 1,
@@ -585,24 +683,13 @@ impl Engine {
             Self::check_tag(t)?;
         }
         let id = RecvId(self.id());
-        let mut st = RecvState {
-            source: spec.source,
-            tag: spec.tag,
-            ctx: spec.ctx,
-            cap: spec.capacity,
-            blocker: true,
-            stage: RStage::Posted {
-                adv: None,
-                cancelling: false,
-            },
-        };
         // nothing to look for in the common case, a receive posted in time
         let early = match self.unexpected.is_empty() {
             true => None,
             false => self.unexpected.find(spec.ctx, spec.source, spec.tag),
         };
         if let Some(seq) = early {
-            self.recvs.insert(id, st);
+            self.recvs.insert(id, RecvState::posted(&spec, true));
             let e = self.unexpected.take(seq).expect("found");
             self.deliver_unexpected(id, e);
             return Ok(id);
@@ -633,14 +720,14 @@ impl Engine {
                 }
                 Source::Any => false,
             };
-        st.blocker = !(advertisable || paused && self.mutated(Mutation::PausedNoHold));
-        self.recvs.insert(id, st);
+        let blocker = !(advertisable || paused && self.mutated(Mutation::PausedNoHold));
+        self.recvs.insert(id, RecvState::posted(&spec, blocker));
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
-        if st.blocker {
-            self.blockers.incr(spec.ctx);
+        if blocker {
+            self.blockers.posted(spec.ctx);
         } else if !advertisable {
             // (mutation only) neither advertised nor holding anything back
-        } else if self.blockers.count(&spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
+        } else if self.blockers_in(spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
             self.advertise(id, buf);
         } else {
             self.held.entry(spec.ctx).or_default().push_back((id, buf));
@@ -679,10 +766,36 @@ impl Engine {
     /// its context, advertise the held receives in posting order (rule 6).
     #[inline(always)]
     fn unblock(&mut self, ctx: Ctx) {
-        if self.blockers.decr(&ctx) > 0 || self.held.is_empty() {
-            return;
+        // a context whose blockers are not counted holds nothing back: a receive is
+        // held only after its context's count was asked for
+        match self.blockers.left(ctx) {
+            Some(0) if !self.held.is_empty() => self.release_held(ctx),
+            _ => {}
         }
-        self.release_held(ctx);
+    }
+
+    /// How many posted receives block advertising in `ctx` (rule 6). Counted from
+    /// the receives' states the first time it is asked for a context, and kept from
+    /// then on ([`Blockers`]). Out of line: only a receive that could be advertised
+    /// asks.
+    #[inline(never)]
+    fn blockers_in(&mut self, ctx: Ctx) -> u32 {
+        let scan = |recvs: &OneMap<RecvId, RecvState>| {
+            let n = recvs
+                .iter()
+                .filter(|(_, st)| {
+                    st.ctx == ctx && st.blocker && matches!(st.stage, RStage::Posted { .. })
+                })
+                .count();
+            u32::try_from(n).expect("posted receives fit in u32")
+        };
+        if let Some(n) = self.blockers.counted(ctx) {
+            debug_assert_eq!(n, scan(&self.recvs), "blockers of context {ctx}");
+            return n;
+        }
+        let n = scan(&self.recvs);
+        self.blockers.start(ctx, n);
+        n
     }
 
     /// The last blocker of `ctx` left: advertises the receives it held back.
@@ -729,7 +842,7 @@ impl Engine {
         p.pause_left = 0;
         p.wasted_run = 0;
         p.pause_len = self.cfg.adapt_pause;
-        let st = self.recvs.get_mut(&r).expect("posted receive");
+        let st = self.recvs[&r];
         let ctx = st.ctx;
         let cancelling = matches!(
             st.stage,
@@ -738,8 +851,8 @@ impl Engine {
                 ..
             }
         );
-        if self.blockers.count(&ctx) == 1 && !cancelling {
-            st.blocker = false;
+        if !cancelling && self.blockers_in(ctx) == 1 {
+            self.recvs.get_mut(&r).expect("posted receive").blocker = false;
             self.advertise(r, buf);
             self.unblock(ctx);
         }

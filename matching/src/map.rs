@@ -203,20 +203,9 @@ impl<K: Eq + Hash + Copy> Counts<K> {
         self.get(key).copied().unwrap_or(0)
     }
 
-    #[inline]
-    pub fn incr(&mut self, key: K) {
-        *self.entry(key) += 1;
-    }
-
-    /// Decrements a positive counter; returns the new value.
-    #[inline(always)]
-    pub fn decr(&mut self, key: &K) -> u32 {
-        let n = self
-            .get_mut(key)
-            .filter(|n| **n > 0)
-            .expect("positive count");
-        *n -= 1;
-        *n
+    /// Sets `key`'s counter to `n`.
+    pub fn set(&mut self, key: K, n: u32) {
+        *self.entry(key) = n;
     }
 }
 
@@ -830,25 +819,22 @@ mod tests {
     #[test]
     fn counts_count() {
         let mut a = Counts::default();
-        a.incr(1u32);
-        a.incr(2);
-        a.incr(1);
+        a.set(1u32, 2);
+        a.set(2, 1);
         assert_eq!((a.count(&1), a.count(&2), a.count(&3)), (2, 1, 0));
-        assert_eq!(a.decr(&1), 1);
-        assert_eq!(a.decr(&1), 0);
-        a.incr(2); // the slot holds a vacant 1; 2 is counted in the table
+        a.set(1, 0);
+        *a.get_mut(&2).expect("counted") += 1; // the slot holds a vacant 1; 2 is in the table
         assert_eq!(a.count(&2), 2);
-        a.incr(3);
+        a.set(3, 1);
         let mut b = Counts::default();
-        b.incr(3);
-        b.incr(2);
-        b.incr(2);
+        b.set(3, 1);
+        b.set(2, 2);
         assert_eq!(a, b);
         assert_eq!(hash_of(&a), hash_of(&b));
-        assert_eq!(a.decr(&2), 1);
+        a.set(2, 1);
         assert_ne!(a, b);
-        assert_eq!(a.decr(&2), 0);
-        assert_eq!(a.decr(&3), 0);
+        a.set(2, 0);
+        a.set(3, 0);
         assert_eq!(a, Counts::default());
         assert_eq!(hash_of(&a), hash_of(&Counts::<u32>::default()));
     }

@@ -1010,6 +1010,48 @@ fn any_source_hold_released_by_cancel_and_per_context() {
     assert_eq!(w.recv_done(1, other_ctx), None);
 }
 
+/// A context's blockers are counted only once a receive that could be advertised
+/// asks how many there are: blockers posted and matched before then are found by
+/// that count, and the receive it holds back goes out when the last of them leaves,
+/// not before.
+#[test]
+fn blockers_counted_from_the_first_receive_that_asks() {
+    let mut w = World::two(cfg(|_| {}));
+    let any1 = w.post(1, Source::Any, t(1), 8);
+    let any2 = w.post(1, Source::Any, t(2), 8);
+    let any3 = w.post(1, Source::Any, t(3), 8);
+    // one blocker leaves before anything is counted
+    let s1 = w.send(0, 1, 1, 8, STD);
+    w.deliver(0, 1);
+    w.assert_received(1, any1, 0, s1, 1);
+    // the first receive that could be advertised: two blockers are left, so it waits
+    let held = w.post(1, R0, t(9), 8);
+    assert_eq!(w.stats(1).advertised, 0);
+    let s2 = w.send(0, 1, 2, 8, STD);
+    w.deliver(0, 1);
+    w.assert_received(1, any2, 0, s2, 2);
+    assert_eq!(w.stats(1).advertised, 0, "one blocker is still posted");
+    // a blocker posted now is counted too
+    let any4 = w.post(1, Source::Any, t(4), 8);
+    let s3 = w.send(0, 1, 3, 8, STD);
+    w.deliver(0, 1);
+    w.assert_received(1, any3, 0, s3, 3);
+    assert_eq!(
+        w.stats(1).advertised,
+        0,
+        "the blocker posted after the count"
+    );
+    let s4 = w.send(0, 1, 4, 8, STD);
+    w.deliver(0, 1);
+    w.assert_received(1, any4, 0, s4, 4);
+    assert_eq!(w.stats(1).advertised, 1, "released with the last blocker");
+    w.deliver_all(1, 0);
+    let s9 = w.send(0, 1, 9, 8, STD);
+    assert_eq!(w.stats(0).direct_writes, 1);
+    w.run();
+    w.assert_received(1, held, 0, s9, 9);
+}
+
 #[test]
 fn non_contiguous_receive_is_matched_at_the_receiver_and_holds() {
     let mut w = World::two(cfg(|_| {}));
