@@ -695,43 +695,38 @@ impl Engine {
             return Ok(id);
         }
         let mut paused = false;
-        // the buffer is kept only where the receive may be advertised: with the
-        // advertisement, or beside a held or paused receive until it is
-        let buf = match spec.buf {
-            Some(b)
+        // a receive of a specific source with its buffer, in `both` mode and above
+        // the size that is advertised, goes to its sender unless it is paused there:
+        // its buffer is kept only then, with the advertisement or beside a held or
+        // paused receive until it goes
+        let adv = match (spec.buf, spec.source) {
+            (Some(b), Source::Rank(r))
                 if self.cfg.matching == MatchingMode::Both
                     && spec.capacity > self.cfg.advertise_above =>
             {
-                RemoteBuf {
+                let buf = RemoteBuf {
                     len: b.len.min(spec.capacity),
                     ..b
-                }
+                };
+                self.resume(r);
+                paused = self.paused(r, id, buf);
+                (!paused).then_some(buf)
             }
-            _ => RemoteBuf::default(),
+            _ => None,
         };
-        let advertisable = self.cfg.matching == MatchingMode::Both
-            && spec.buf.is_some()
-            && spec.capacity > self.cfg.advertise_above
-            && match spec.source {
-                Source::Rank(r) => {
-                    self.resume(r);
-                    paused = self.paused(r, id, buf);
-                    !paused
-                }
-                Source::Any => false,
-            };
-        let blocker = !(advertisable || paused && self.mutated(Mutation::PausedNoHold));
+        let blocker = !(adv.is_some() || paused && self.mutated(Mutation::PausedNoHold));
         self.recvs.insert(id, RecvState::posted(&spec, blocker));
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
         if blocker {
             self.blockers.posted(spec.ctx);
-        } else if !advertisable {
-            // (mutation only) neither advertised nor holding anything back
-        } else if self.blockers_in(spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
-            self.advertise(id, buf);
-        } else {
-            self.held.entry(spec.ctx).or_default().push_back((id, buf));
+        } else if let Some(buf) = adv {
+            if self.blockers_in(spec.ctx) == 0 || self.mutated(Mutation::NoHold) {
+                self.advertise(id, buf);
+            } else {
+                self.held.entry(spec.ctx).or_default().push_back((id, buf));
+            }
         }
+        // (else, mutation only: neither advertised nor holding anything back)
         Ok(id)
     }
 
@@ -1695,10 +1690,9 @@ impl Engine {
         } = req;
         let mut deliver = None;
         let count_first = !self.mutated(Mutation::CountAfterRelease);
-        if count_first {
-            self.peers[from as usize].sendreq_seen += 1;
-        }
-        let i = self.peers[from as usize].sendreq_seen + u64::from(!count_first);
+        let p = &mut self.peers[from as usize];
+        p.sendreq_seen += u64::from(count_first);
+        let i = p.sendreq_seen + u64::from(!count_first);
         let hit = self.posted.take_match(ctx, from, tag).map(RecvId);
         if let Some(r) = hit {
             // `take_match` has taken it off the posted queue; an eager message

@@ -324,7 +324,11 @@ impl<K: Numbered, V> Window<K, V> {
             self.grow();
         }
         let j = self.at(self.len);
-        self.ring[j] = e;
+        // a slot past the window's end is always vacant: nothing to drop (an
+        // assignment would test the old value for a destructor to run)
+        let old = std::mem::replace(&mut self.ring[j], e);
+        debug_assert!(old.is_none(), "a slot past the window's end holds an entry");
+        std::mem::forget(old);
         self.len += 1;
     }
 

@@ -181,19 +181,12 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// Waits for completion (`MPI_Wait`); errors go to the error handler.
     #[track_caller]
     pub fn wait(self) -> Status {
-        // the message-rate loop's two cases with no tool on, a send that left at once
-        // and a receive into a lent buffer, in a function of their own size; every
-        // other request out of line, so that these save and copy only what they use
+        // the message-rate loop's two cases with no tool on in a function of their
+        // own size; every other request out of line, so that these save and copy
+        // only what they use
         if !crate::tools::is_on() {
-            match (self.pending.key, &self.data) {
-                (Key::Sent(0), _) => return Status::empty(false),
-                (Key::Recv(r), Data::Loan(_)) => {
-                    let p = &self.pending;
-                    let o = progress::wait_recv(r);
-                    return finish_recv(o, p.capacity, p.elem, p.ctx)
-                        .unwrap_or_else(|e| crate::topology::fail("wait", e));
-                }
-                _ => {}
+            if let Some(st) = self.wait_quick() {
+                return st.unwrap_or_else(|e| crate::topology::fail("wait", e));
             }
         }
         self.wait_other()
@@ -251,25 +244,29 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     /// The body of [`Self::try_wait`].
     #[inline(always)]
     fn try_wait_now<W: crate::tools::Mode>(self) -> Result<Status> {
-        if let Key::Sent(0) = self.pending.key {
-            // a send that left at once: complete, with nothing kept in the library and
-            // nothing to hand back (a window of sends waits on 64 of these)
-            return Ok(Status::empty(false));
+        if let Some(st) = self.wait_quick() {
+            return st;
         }
-        let d = match self.pending.key {
-            Key::Recv(r) => {
-                let o = progress::wait_recv(r);
-                if let Data::Loan(_) = self.data {
-                    // into a lent buffer: the outcome straight to the status, not
-                    // through the general `Done` (whose copies went through the stack)
-                    let p = &self.pending;
-                    return finish_recv(o, p.capacity, p.elem, p.ctx);
-                }
-                Done::Recv(o)
-            }
-            k => progress::wait(k),
-        };
+        let d = self.wait_done();
         self.complete_status(d)
+    }
+
+    /// The message-rate loop's two cases, finished here: a send that left at once
+    /// (complete, with nothing kept in the library and nothing to hand back: a window
+    /// of sends waits on 64 of these) and a receive into a lent buffer (its outcome
+    /// straight to the status, not through the general `Done`, whose copies went
+    /// through the stack). `None` for every other request, not yet waited on.
+    #[inline(always)]
+    fn wait_quick(&self) -> Option<Result<Status>> {
+        match self.pending.key {
+            Key::Sent(0) => Some(Ok(Status::empty(false))),
+            Key::Recv(r) if matches!(self.data, Data::Loan(_)) => {
+                let p = &self.pending;
+                let o = progress::wait_recv(r);
+                Some(finish_recv(o, p.capacity, p.elem, p.ctx))
+            }
+            _ => None,
+        }
     }
 
     #[inline(always)]
