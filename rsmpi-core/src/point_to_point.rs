@@ -457,26 +457,37 @@ fn sent_pending_tracked() -> Pending {
 
 /// Starts a send of `buf` to `rank` of `comm`.
 #[track_caller]
-pub(crate) fn immediate_send<'a, U: tools::Caller, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
+pub(crate) fn immediate_send<'a, U, Sc, B, R>(
     comm: &SimpleCommunicator,
     rank: Rank,
     scope: Sc,
     buf: &'a B,
     tag: Tag,
     mode: SendMode,
-) -> Result<Request<'a, B, Sc>> {
+    done: impl FnOnce(Result<Request<'a, B, Sc>>) -> R,
+) -> R
+where
+    U: tools::Caller,
+    Sc: Scope<'a>,
+    B: Buffer + ?Sized + 'a,
+{
     if tools::is_on() {
         let note = send_note(comm, rank, tag, buf);
-        return tools::watched_send(send_op(mode, true), Location::caller(), note, move || {
-            let mode = tools::send_mode(mode);
-            let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
-            if let (Ok(r), true) = (&r, tools::checking()) {
-                crate::check::request_started(r.pending.key);
-            }
-            r
-        });
+        return done(tools::watched_send(
+            send_op(mode, true),
+            Location::caller(),
+            note,
+            move || {
+                let mode = tools::send_mode(mode);
+                let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
+                if let (Ok(r), true) = (&r, tools::checking()) {
+                    crate::check::request_started(r.pending.key);
+                }
+                r
+            },
+        ));
     }
-    isend::<U::Off, _, _>(comm, rank, scope, buf, tag, mode)
+    done(isend::<U::Off, _, _>(comm, rank, scope, buf, tag, mode))
 }
 
 /// The body of [`immediate_send`].
@@ -509,26 +520,36 @@ fn isend<'a, W: tools::Mode, Sc: Scope<'a>, B: Buffer + ?Sized + 'a>(
     ))
 }
 
-/// Starts a receive into `buf` from `src` (`None`: any source) of `comm`.
+/// Starts a receive into `buf` from `src` (`None`: any source) of `comm`; its result
+/// goes to `done` (the caller's handling of errors). `done` runs on each path, the
+/// watched and the unwatched, so that what the two paths join on is the caller's
+/// result: joined as a `Result<Request>`, the unwatched request was built in memory
+/// and copied out (80 bytes) where, with the tools compiled out, it is built in place.
 #[track_caller]
-pub(crate) fn immediate_recv<'a, U: tools::Caller, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
+pub(crate) fn immediate_recv<'a, U, Sc, B, R>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     scope: Sc,
     buf: &'a mut B,
     tag: Option<Tag>,
-) -> Result<Request<'a, B, Sc>> {
+    done: impl FnOnce(Result<Request<'a, B, Sc>>) -> R,
+) -> R
+where
+    U: tools::Caller,
+    Sc: Scope<'a>,
+    B: BufferMut + ?Sized + 'a,
+{
     if tools::is_on() {
-        return tools::watched(Op::Irecv, Location::caller(), move || {
+        return done(tools::watched(Op::Irecv, Location::caller(), move || {
             expect_type_of(buf);
             let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
             if let (Ok(r), true) = (&r, tools::checking()) {
                 crate::check::request_started(r.pending.key);
             }
             r
-        });
+        }));
     }
-    irecv::<U::Off, _, _>(comm, src, scope, buf, tag)
+    done(irecv::<U::Off, _, _>(comm, src, scope, buf, tag))
 }
 
 /// The body of [`immediate_recv`].
@@ -543,22 +564,25 @@ fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
-    if buf.rsmpi_direct().is_some() {
+    // the capacity is the lent region's length, taken here rather than looked up
+    if let Some(cap) = buf.rsmpi_direct().map(|b| b.len() as u64) {
         let loan = scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct"));
         let region = loan.id();
         // one visit to the library state: check the source, post the receive (a
         // refused source leaves the region lent, unused, until the scope ends)
-        let posted = progress::try_with(|s| -> Result<Option<(Key, u64)>> {
+        let posted = progress::try_with(|s| -> Result<Option<Key>> {
             let Some(src) = source_in(s, comm, src)? else {
                 return Ok(None);
             };
-            let cap = s.regions.len(region).unwrap_or(0) as u64;
-            Ok(Some((
-                start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region))?,
-                cap,
-            )))
+            Ok(Some(start_recv::<W>(
+                s,
+                ctx,
+                src,
+                tag,
+                RecvDst::Region(region),
+            )?))
         })??;
-        let Some((key, cap)) = posted else {
+        let Some(key) = posted else {
             return Ok(Request::new(done_pending(None), Data::Loan(loan)));
         };
         return Ok(Request::new(
@@ -812,8 +836,9 @@ pub trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, s) = self.rsmpi_source();
-        immediate_recv::<tools::User, _, _>(&c, s, scope, buf, Some(tag))
-            .unwrap_or_else(|e| fail("irecv", e))
+        immediate_recv::<tools::User, _, _, _>(&c, s, scope, buf, Some(tag), |r| {
+            r.unwrap_or_else(|e| fail("irecv", e))
+        })
     }
     /// Starts a receive into `buf` (`MPI_Irecv`).
     #[track_caller]
@@ -827,8 +852,9 @@ pub trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, s) = self.rsmpi_source();
-        immediate_recv::<tools::User, _, _>(&c, s, scope, buf, None)
-            .unwrap_or_else(|e| fail("irecv", e))
+        immediate_recv::<tools::User, _, _, _>(&c, s, scope, buf, None, |r| {
+            r.unwrap_or_else(|e| fail("irecv", e))
+        })
     }
     /// Starts a receive of one value with `tag`, into the library's own buffer.
     #[track_caller]
@@ -929,8 +955,9 @@ impl LibTraffic for Process<'_> {
         tag: Tag,
     ) -> Request<'a, B, Sc> {
         let mode = SendMode::Standard;
-        immediate_send::<tools::Lib, _, _>(&self.comm, self.rank, scope, buf, tag, mode)
-            .unwrap_or_else(|e| fail("isend", e))
+        immediate_send::<tools::Lib, _, _, _>(&self.comm, self.rank, scope, buf, tag, mode, |r| {
+            r.unwrap_or_else(|e| fail("isend", e))
+        })
     }
 }
 
@@ -1018,8 +1045,9 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Standard)
-            .unwrap_or_else(|e| fail("isend", e))
+        immediate_send::<tools::User, _, _, _>(&c, r, scope, buf, tag, SendMode::Standard, |r| {
+            r.unwrap_or_else(|e| fail("isend", e))
+        })
     }
     /// `MPI_Isend` with tag 0.
     #[track_caller]
@@ -1043,8 +1071,9 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Buffered)
-            .unwrap_or_else(|e| fail("ibsend", e))
+        immediate_send::<tools::User, _, _, _>(&c, r, scope, buf, tag, SendMode::Buffered, |r| {
+            r.unwrap_or_else(|e| fail("ibsend", e))
+        })
     }
     /// `MPI_Ibsend` with tag 0.
     #[track_caller]
@@ -1068,8 +1097,9 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Synchronous)
-            .unwrap_or_else(|e| fail("issend", e))
+        immediate_send::<tools::User, _, _, _>(&c, r, scope, buf, tag, SendMode::Synchronous, |r| {
+            r.unwrap_or_else(|e| fail("issend", e))
+        })
     }
     /// `MPI_Issend` with tag 0.
     #[track_caller]
@@ -1101,8 +1131,9 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send::<tools::User, _, _>(&c, r, scope, buf, tag, SendMode::Ready)
-            .unwrap_or_else(|e| fail("irsend", e))
+        immediate_send::<tools::User, _, _, _>(&c, r, scope, buf, tag, SendMode::Ready, |r| {
+            r.unwrap_or_else(|e| fail("irsend", e))
+        })
     }
     /// `MPI_Irsend` with tag 0.
     ///
@@ -1120,8 +1151,9 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         let (c, r) = self.rsmpi_destination();
-        immediate_send::<tools::User, _, _>(&c, r, scope, buf, 0, SendMode::Ready)
-            .unwrap_or_else(|e| fail("irsend", e))
+        immediate_send::<tools::User, _, _, _>(&c, r, scope, buf, 0, SendMode::Ready, |r| {
+            r.unwrap_or_else(|e| fail("irsend", e))
+        })
     }
 }
 
@@ -1165,7 +1197,7 @@ impl<'p> Process<'p> {
         tag: Tag,
         mode: SendMode,
     ) -> Result<Request<'a, B, Sc>> {
-        immediate_send::<tools::User, _, _>(&self.comm, self.rank, scope, buf, tag, mode)
+        immediate_send::<tools::User, _, _, _>(&self.comm, self.rank, scope, buf, tag, mode, |r| r)
     }
     /// A persistent standard-mode send of `buf` (`MPI_Send_init`); start it with
     /// [`Persistent::start`](crate::request::Persistent::start); update the data between
@@ -1254,7 +1286,7 @@ macro_rules! try_receives {
                 tag: Option<Tag>,
             ) -> Result<Request<'a, B, Sc>> {
                 let (c, s) = self.rsmpi_source();
-                immediate_recv::<tools::User, _, _>(&c, s, scope, buf, tag)
+                immediate_recv::<tools::User, _, _, _>(&c, s, scope, buf, tag, |r| r)
             }
             /// A persistent receive into `buf` (`MPI_Recv_init`; `tag` `None` = any
             /// tag); start it with [`Persistent::start`](crate::request::Persistent::start).
@@ -1567,8 +1599,9 @@ where
     let (_, src) = source.rsmpi_source();
     let dest = destination.rsmpi_destination().1;
     crate::request::scope(|sc| {
-        let r = immediate_recv::<tools::User, _, _>(&comm, src, sc, buf, tag)
-            .unwrap_or_else(|e| fail("sendrecv", e));
+        let r = immediate_recv::<tools::User, _, _, _>(&comm, src, sc, buf, tag, |r| {
+            r.unwrap_or_else(|e| fail("sendrecv", e))
+        });
         blocking_send::<tools::User, _>(&comm, dest, msg, sendtag, SendMode::Standard)
             .unwrap_or_else(|e| fail("sendrecv", e));
         r.wait()
