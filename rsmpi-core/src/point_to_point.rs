@@ -455,6 +455,15 @@ fn sent_pending_tracked() -> Pending {
     complete_pending(Key::Sent, progress::Done::Send(matching::SendOutcome::Sent))
 }
 
+/// A watched immediate call's request, told to the error checker (which tracks every
+/// request) when it is on.
+fn started<'a, B: ?Sized, Sc>(r: Result<Request<'a, B, Sc>>) -> Result<Request<'a, B, Sc>> {
+    if let (Ok(r), true) = (&r, tools::checking()) {
+        crate::check::request_started(r.pending.key);
+    }
+    r
+}
+
 /// Starts a send of `buf` to `rank` of `comm`.
 #[track_caller]
 pub(crate) fn immediate_send<'a, U, Sc, B, R>(
@@ -479,11 +488,7 @@ where
             note,
             move || {
                 let mode = tools::send_mode(mode);
-                let r = isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode);
-                if let (Ok(r), true) = (&r, tools::checking()) {
-                    crate::check::request_started(r.pending.key);
-                }
-                r
+                started(isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode))
             },
         ));
     }
@@ -542,11 +547,7 @@ where
     if tools::is_on() {
         return done(tools::watched(Op::Irecv, Location::caller(), move || {
             expect_type_of(buf);
-            let r = irecv::<tools::On, _, _>(comm, src, scope, buf, tag);
-            if let (Ok(r), true) = (&r, tools::checking()) {
-                crate::check::request_started(r.pending.key);
-            }
-            r
+            started(irecv::<tools::On, _, _>(comm, src, scope, buf, tag))
         }));
     }
     done(irecv::<U::Off, _, _>(comm, src, scope, buf, tag))
