@@ -464,7 +464,8 @@ fn started<'a, B: ?Sized, Sc>(r: Result<Request<'a, B, Sc>>) -> Result<Request<'
     r
 }
 
-/// Starts a send of `buf` to `rank` of `comm`.
+/// Starts a send of `buf` to `rank` of `comm`; its result goes to `done`, on each
+/// path (see [`immediate_recv`]).
 #[track_caller]
 pub(crate) fn immediate_send<'a, U, Sc, B, R>(
     comm: &SimpleCommunicator,
@@ -575,13 +576,7 @@ fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
             let Some(src) = source_in(s, comm, src)? else {
                 return Ok(None);
             };
-            Ok(Some(start_recv::<W>(
-                s,
-                ctx,
-                src,
-                tag,
-                RecvDst::Region(region),
-            )?))
+            start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)).map(Some)
         })??;
         let Some(key) = posted else {
             return Ok(Request::new(done_pending(None), Data::Loan(loan)));
