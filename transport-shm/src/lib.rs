@@ -76,6 +76,15 @@
 //! whole ring's; a sender that meets `Full` then waits until its receiver polls again,
 //! as it would for a full ring.
 //!
+//! **The tight lap.** Sooner still, once past [`TIGHT_LAP`] (16 KiB), a producer whose
+//! consumer is at most [`TIGHT_LAG`] (2 KiB) behind goes back to the start the same
+//! way. A ping-pong, or a stream whose consumer keeps up, then cycles each ring
+//! through 16 KiB, so that the two rings of a pair stay in the two cores' L1 caches
+//! (docs/performance.md, "A tight lap": 1–4 KiB ping-pongs in 0.64–0.92x the time).
+//! Between the tight and the small lap the producer reads `head` at most once per
+//! `TIGHT_LAG` bytes. After a tight lap's pad at least `TIGHT_LAP - TIGHT_LAG`
+//! bytes (a window of 64 records of three lines) fit before `Full`.
+//!
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
 //! so an empty poll reads one cache line, and an 8..56-byte message is delivered with
@@ -191,7 +200,8 @@ pub use push::{
 };
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
-    CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, WRAP_LAG,
+    CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, TIGHT_LAG,
+    TIGHT_LAP, WRAP_LAG,
 };
 
 /// Exchange key under which each rank publishes its pid (decimal).

@@ -37,6 +37,17 @@ pub const HOLD_BYTES: usize = MAX_RECORD;
 pub const SMALL_LAP: usize = 128 * 1024;
 /// How far behind its producer a consumer may be for the producer to go back early.
 pub const WRAP_LAG: usize = 8 * 1024;
+/// A producer past this data offset whose consumer has (nearly) caught up, at most
+/// [`TIGHT_LAG`] bytes behind, goes back to the start already here: a ping-pong, or a
+/// stream whose consumer keeps up, then cycles through the first `TIGHT_LAP` bytes of
+/// each ring, which the two rings of a pair keep in the cores' L1 caches (1–4 KiB
+/// ping-pongs in 0.64–0.92x the time of the 128 KiB lap; docs/performance.md, "A
+/// tight lap"). A consumer further behind leaves the producer on the small lap.
+pub const TIGHT_LAP: usize = 16 * 1024;
+/// How far behind its producer a consumer may be for the producer to take the tight
+/// lap; also how often (in bytes written) the producer reads `head` again to see
+/// whether its consumer has caught up, between the tight and the small lap.
+pub const TIGHT_LAG: usize = 2 * 1024;
 
 /// Bytes reserved for the segment header at the start of a segment.
 pub const SEG_HDR_BYTES: usize = 128;
@@ -83,8 +94,10 @@ const _: () = {
     assert!(std::mem::align_of::<RingCtrl>() <= 128);
     assert!(std::mem::size_of::<SegHeader>() <= SEG_HDR_BYTES);
     assert!(CTRL_BYTES % 128 == 0);
-    // a record fits before the early pad whatever the consumer's allowed lag
+    // a record fits before the small lap's pad whatever the consumer's allowed lag
     assert!(WRAP_LAG + MAX_RECORD <= SMALL_LAP && SMALL_LAP < RING_BYTES);
+    // the tight lap's pad leaves room for a window of small messages
+    assert!(TIGHT_LAG < WRAP_LAG && TIGHT_LAP >= 8 * TIGHT_LAG && TIGHT_LAP < SMALL_LAP);
 };
 
 /// Rounds `n` up to a multiple of 64-byte lines.
@@ -298,6 +311,20 @@ impl RingMem {
         unsafe { AtomicU64::from_ptr(self.data.as_ptr().add(off) as *mut u64) }
     }
 
+    /// Stores zero, `Relaxed`, in the first word of every line from data offset `from`
+    /// up to `to` (multiples of [`LINE`]): the clearing of records read.
+    #[inline]
+    fn clear_lines(&self, from: usize, to: usize) {
+        assert!(from <= to && to <= RING_BYTES && from % LINE == 0);
+        for off in (from..to).step_by(LINE) {
+            // SAFETY: as in `word`: off < to <= RING_BYTES (checked above) and a
+            // multiple of 64 inside a 128-aligned data area, so the pointer is valid and
+            // aligned for an AtomicU64, and header words are only accessed atomically.
+            unsafe { AtomicU64::from_ptr(self.data.as_ptr().add(off) as *mut u64) }
+                .store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Copies `parts` back to back to data offset `off` (a whole message).
     #[inline]
     fn write_all(&mut self, off: usize, parts: [&[u8]; 2]) {
@@ -364,13 +391,15 @@ pub struct Producer {
     tail: u64,
     /// Last value of the consumer's `head` this producer saw.
     head_cache: u64,
-    /// Past [`SMALL_LAP`], the position before which `head` is not read again to see
-    /// whether the consumer has caught up (once per [`WRAP_LAG`] bytes at most).
+    /// Past [`TIGHT_LAP`], the position before which `head` is not read again to see
+    /// whether the consumer has caught up (once per [`TIGHT_LAG`] or [`WRAP_LAG`]
+    /// bytes at most).
     recheck: u64,
-    /// The position and length of the last pad written early (at [`SMALL_LAP`] or
-    /// beyond).
+    /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
+    /// beyond), and the room it left at the ring's start (its offset less the lag it
+    /// allowed).
     #[cfg(test)]
-    last_early_pad: Option<(u64, usize)>,
+    last_early_pad: Option<(u64, usize, usize)>,
 }
 
 impl Producer {
@@ -386,25 +415,33 @@ impl Producer {
         }
     }
 
-    /// At data offset `off` (at least [`SMALL_LAP`]): the pad that takes the next
-    /// record to the start of the ring if the consumer has kept up, else 0. Reads the
-    /// consumer's `head` (the one line the producer shares with it) at most once per
-    /// [`WRAP_LAG`] bytes, and only while its cached value says the consumer is behind.
+    /// At data offset `off` (at least [`TIGHT_LAP`]), before a record of `sz` bytes:
+    /// the pad that takes the record to the start of the ring if the consumer has kept
+    /// up, else 0. Kept up means at most [`TIGHT_LAG`] bytes behind; past
+    /// [`SMALL_LAP`], when the record fits in front of that lag, [`WRAP_LAG`] bytes.
+    /// Reads the consumer's `head` (the one line the producer shares with it) at most
+    /// once per allowed lag's worth of bytes, and only while its cached value says the
+    /// consumer is behind.
     #[inline(never)]
-    fn early_pad(&mut self, off: usize) -> usize {
-        if self.tail - self.head_cache > WRAP_LAG as u64 {
+    fn early_pad(&mut self, off: usize, sz: usize) -> usize {
+        let lag = if off >= SMALL_LAP && sz + WRAP_LAG <= off {
+            WRAP_LAG as u64
+        } else {
+            TIGHT_LAG as u64
+        };
+        if self.tail - self.head_cache > lag {
             if self.tail < self.recheck {
                 return 0;
             }
             self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
-            self.recheck = self.tail + WRAP_LAG as u64;
-            if self.tail - self.head_cache > WRAP_LAG as u64 {
+            self.recheck = self.tail + lag;
+            if self.tail - self.head_cache > lag {
                 return 0;
             }
         }
         #[cfg(test)]
         {
-            self.last_early_pad = Some((self.tail, RING_BYTES - off));
+            self.last_early_pad = Some((self.tail, RING_BYTES - off, off - lag as usize));
         }
         RING_BYTES - off
     }
@@ -470,12 +507,12 @@ impl Producer {
         let sz = record_size(len);
         let off = self.tail as usize & (RING_BYTES - 1);
         // A record never wraps: if it does not fit before the end, a pad fills the rest.
-        // Past the small lap, a pad takes it to the start as soon as the consumer has
+        // Past the tight lap, a pad takes it to the start as soon as the consumer has
         // kept up.
         let pad = if off + sz > RING_BYTES {
             RING_BYTES - off
-        } else if off >= SMALL_LAP {
-            self.early_pad(off)
+        } else if off >= TIGHT_LAP && sz + TIGHT_LAG <= off {
+            self.early_pad(off, sz)
         } else {
             0
         };
@@ -677,9 +714,7 @@ impl Consumer {
     #[inline(never)]
     pub fn release(&mut self) {
         for &(a, b) in &self.dirty[..self.dirty_n] {
-            for line in (a as usize..b as usize).step_by(LINE) {
-                self.mem.word(line).store(0, Ordering::Relaxed);
-            }
+            self.mem.clear_lines(a as usize, b as usize);
         }
         self.dirty_n = 0;
         self.released = self.head;
@@ -846,13 +881,17 @@ mod tests {
                 } else {
                     // CTRL_SLOTS messages of any size fit, unless the producer went
                     // back to the start early and the consumer has not read that pad
-                    // yet: then at least the small lap, less the lag it allowed, is in
-                    // use after the pad
-                    let early = p.last_early_pad.filter(|&(at, _)| c.head <= at);
-                    if let Some((at, pad)) = early {
+                    // yet: then at least the pad's offset, less the lag it allowed, is
+                    // in use after the pad
+                    let early = p.last_early_pad.filter(|&(at, ..)| c.head <= at);
+                    if let Some((at, pad, room)) = early {
                         let after = p.tail - at - pad as u64;
                         assert!(
-                            after as usize + MAX_RECORD >= SMALL_LAP - WRAP_LAG,
+                            room >= TIGHT_LAP - TIGHT_LAG,
+                            "an early pad left only {room} bytes"
+                        );
+                        assert!(
+                            after as usize + MAX_RECORD >= room,
                             "Full with {after} bytes after an early pad"
                         );
                         early_fulls += 1;
@@ -921,6 +960,44 @@ mod tests {
                 0,
                 "line at {line}"
             );
+        }
+    }
+
+    /// A ping-pong (the consumer reads each record before the next is written) keeps
+    /// to the tight lap, with records of one line and of many, and every line read is
+    /// cleared again.
+    #[test]
+    fn a_ping_pong_keeps_to_the_tight_lap() {
+        for len in [40, 1000, 4000] {
+            let mut ring = HeapRing::new();
+            let (mut p, mut c) = ring.pair();
+            let (mut highest, mut laps) = (0, 0);
+            for i in 0..20_000u64 {
+                let off = p.tail as usize & (RING_BYTES - 1);
+                assert!(p.try_push(&i.to_le_bytes(), &vec![7; len]));
+                let now = p.tail as usize & (RING_BYTES - 1);
+                if now < off {
+                    laps += 1;
+                }
+                highest = highest.max(now);
+                let m = c.pop(|m| m.to_vec()).unwrap().expect("in order");
+                assert_eq!(m[..8], i.to_le_bytes());
+                // the ring found empty: the consumer releases what it holds
+                assert!(c.pop(|_| ()).unwrap().is_none());
+            }
+            let rec = record_size(8 + len);
+            assert!(highest <= TIGHT_LAP + rec, "{len} B: went up to {highest}");
+            assert!(
+                laps as usize >= 20_000 * rec / (TIGHT_LAP + rec),
+                "{len} B: {laps} laps"
+            );
+            for line in (0..RING_BYTES).step_by(LINE) {
+                assert_eq!(
+                    c.mem.word(line).load(Ordering::Relaxed),
+                    0,
+                    "line at {line}"
+                );
+            }
         }
     }
 
