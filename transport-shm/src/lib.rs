@@ -88,7 +88,10 @@
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
 //! so an empty poll reads one cache line, and an 8..56-byte message is delivered with
-//! one cache-line transfer. Before it releases a record's space it clears the first
+//! one cache-line transfer. A whole record longer than one line has its other lines
+//! prefetched as soon as its header is read, before the library matches it, so that
+//! they come over together and not one by one inside the copy out
+//! (`ring::prefetch_rest`). Before it releases a record's space it clears the first
 //! word of every line of the record, its header included (so that payload bytes can
 //! never be mistaken for a header in a later lap, where any line may start a record,
 //! and no header is left to match again once the 43-bit sequence wraps, which small
@@ -837,6 +840,9 @@ impl Transport for ShmTransport {
                     #[inline(always)]
                     |rec, own| match (rec, own) {
                         (Record::Whole(m), None) => {
+                            if m.len() > ring::LINE - ring::HDR {
+                                ring::prefetch_rest(m);
+                            }
                             f(sender, Incoming::Whole(m));
                             Taken::Message
                         }
