@@ -17,6 +17,13 @@
 #   sleep (measured alone) is subtracted. A C MPI still spins now and then when its
 #   peer is late (valgrind slows rank 0 down ~50x), so each figure is the lowest of
 #   REPEAT runs.
+# * answer: two ranks on shared memory. Rank 1 naps 2 ms so that rank 0's 8-byte
+#   message is there, then receives it and sends 8 bytes back with the blocking calls
+#   (examples/answerloop.rs, reference/answerloop.c): what each rank of a ping-pong
+#   (`rsmpi-bench latency`) runs between a message's arrival and its answer, plus the
+#   posting of the receive. Only rank 1 runs under callgrind, collecting in the
+#   function `answer`; per round = (I(AN2) - I(AN1)) / (AN2 - AN1). The receive finds
+#   its message, so nothing spins.
 # * window send / window recv: the message-rate loop (`rsmpi-bench bw`) cut into its
 #   two sides, per message of 1 byte (examples/bwloop.rs, reference/bwloop.c): rank 0
 #   sends windows of 64 immediate sends and waits on them; rank 1 posts 64 receives,
@@ -29,6 +36,7 @@
 #
 #   sh benches/callgrind.sh [N1 N2]      (self rounds, default 1000 11000)
 #   PAIR_ROUNDS=300 REPEAT=5             (the pair loop's rounds and runs)
+#   AN1=200 AN2=1200                     (the answer loop's rounds)
 #   WN1=20 WN2=120                       (the window loop's windows)
 #   TOOLS_OUT=0                          (skip the row "tools out": rsmpi built with
 #                                         RUSTFLAGS="--cfg rsmpi_tools_out", the
@@ -41,6 +49,8 @@ N1=${1:-1000}
 N2=${2:-11000}
 PR=${PAIR_ROUNDS:-300}
 REPEAT=${REPEAT:-5}
+AN1=${AN1:-200}
+AN2=${AN2:-1200}
 WN1=${WN1:-20}
 WN2=${WN2:-120}
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
@@ -74,6 +84,19 @@ EOF
 chmod +x "$out/rank0.sh"
 export CGDIR="$out"
 
+# Rank 1 of a job under callgrind, collecting inside function $CGFN only (the answer
+# loop).
+cat >"$out/rank1.sh" <<'EOF1'
+#!/bin/sh
+r=${RSMPI_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}
+if [ "$r" = 1 ]; then
+    exec valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$CGFN" \
+        --callgrind-out-file="$CGDIR/cg1" "$@" 2>"$CGDIR/err1"
+fi
+exec "$@"
+EOF1
+chmod +x "$out/rank1.sh"
+
 # Both ranks of a job under callgrind: rank 0 collecting in send_window, rank 1 in
 # recv_window (both names are in rsmpi's example and in the C loop).
 cat >"$out/sides.sh" <<'EOF2'
@@ -101,6 +124,22 @@ sides() { # program, launcher...: "send recv" instructions per message of the wi
     fi
 }
 
+answer() { # fn, program, launcher...: instructions per round of the answer loop
+    fn=$1; prog=$2; shift 2
+    export CGFN="$fn"
+    for n in "$AN1" "$AN2"; do
+        rm -f "$out/err1"
+        "$@" "$out/rank1.sh" "$prog" "$n" >/dev/null 2>&1 || true
+        eval "x$n=\$(collected \"\$out/err1\" 2>/dev/null || true)"
+    done
+    eval "a=\$x$AN1 b=\$x$AN2"
+    if [ -n "$a" ] && [ -n "$b" ]; then
+        echo "$(( (b - a) / (AN2 - AN1) ))"
+    else
+        echo "-"
+    fi
+}
+
 naps() { # fn, program: instructions of PR sleeps alone
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
         --callgrind-out-file="$out/cgn" "$2" "$PR" sleep 2>"$out/errn" >/dev/null
@@ -124,41 +163,45 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
 }
 
 cargo build --release --quiet -p rsmpi --example selfloop --example pairloop --example bwloop \
-    -p rsmpirun --bin rsmpirun
-row() { printf '%-12s %12s %12s %12s %12s\n' "$@"; }
-row implementation "self (8 B)" "pair (8 B)" "window send" "window recv"
-row "" "instr/round" "instr/round" "instr/msg" "instr/msg"
+    --example answerloop -p rsmpirun --bin rsmpirun
+row() { printf '%-12s %12s %12s %12s %12s %12s\n' "$@"; }
+row implementation "self (8 B)" "pair (8 B)" "answer (8 B)" "window send" "window recv"
+row "" "instr/round" "instr/round" "instr/round" "instr/msg" "instr/msg"
 rs_self=$(per_round rsmpi target/release/examples/selfloop)
 rs_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' target/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
+rs_ans=$(answer answerloop::answer target/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
 # shellcheck disable=SC2046
-row rsmpi "$rs_self" "$rs_pair" $(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+row rsmpi "$rs_self" "$rs_pair" "$rs_ans" $(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
 if [ "${TOOLS_OUT:-1}" = 1 ]; then
     # the same loops with the built-in tools compiled out: the difference from the row
     # above is what the tools cost when they are off (issue 14's target: nothing)
     t=target/tools-out
     CARGO_TARGET_DIR=$t RUSTFLAGS="--cfg rsmpi_tools_out" cargo build --release --quiet \
-        -p rsmpi --example selfloop --example pairloop --example bwloop
+        -p rsmpi --example selfloop --example pairloop --example bwloop --example answerloop
     o_self=$(per_round rsmpi-out $t/release/examples/selfloop)
     o_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' $t/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
+    o_ans=$(answer answerloop::answer $t/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
     # shellcheck disable=SC2046
-    row "tools out" "$o_self" "$o_pair" $(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+    row "tools out" "$o_self" "$o_pair" "$o_ans" $(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
 fi
 if command -v mpicc.mpich >/dev/null; then
-    for l in selfloop pairloop bwloop; do
+    for l in selfloop pairloop bwloop answerloop; do
         mpicc.mpich -O2 -o "$out/$l-mpich" "benches/reference/$l.c"
     done
     s=$(per_round mpich "$out/selfloop-mpich")
     p=$(pair rounds naps "$out/pairloop-mpich" timeout 300 mpirun.mpich -n 2)
+    a=$(answer answer "$out/answerloop-mpich" timeout 300 mpirun.mpich -n 2)
     # shellcheck disable=SC2046
-    row mpich "$s" "$p" $(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
+    row mpich "$s" "$p" "$a" $(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
 fi
 if command -v mpicc.openmpi >/dev/null; then
-    for l in selfloop pairloop bwloop; do
+    for l in selfloop pairloop bwloop answerloop; do
         mpicc.openmpi -O2 -o "$out/$l-ompi" "benches/reference/$l.c"
     done
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
     s=$(per_round openmpi "$out/selfloop-ompi")
     p=$(pair rounds naps "$out/pairloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGDIR)
+    a=$(answer answer "$out/answerloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGDIR)
     # shellcheck disable=SC2046
-    row openmpi "$s" "$p" $(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
+    row openmpi "$s" "$p" "$a" $(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
 fi

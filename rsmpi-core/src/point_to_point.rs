@@ -370,26 +370,45 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     tag: Option<Tag>,
     buf: &mut B,
 ) -> Result<Status> {
-    let (src, tag) = (source(comm, src)?, tagsel(tag)?);
-    let Some(src) = src else {
-        return Ok(Status::proc_null());
-    };
+    // the tag checked before the source, as in `irecv`
+    let tag = tagsel(tag)?;
     let elem = elem_of(buf);
     let ctx = comm.ctx;
     if let Some(bytes) = buf.rsmpi_direct() {
         let cap = bytes.len() as u64;
+        // one visit to the library state checks the source and posts the receive
         return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
-            let key =
-                progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)))?;
-            crate::request::finish(progress::wait(key), cap, elem, ctx)
+            let posted = progress::try_with(|s| -> Result<Option<Key>> {
+                let Some(src) = source_in(s, comm, src)? else {
+                    return Ok(None);
+                };
+                start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)).map(Some)
+            })??;
+            let Some(key) = posted else {
+                return Ok(Status::proc_null());
+            };
+            crate::request::finish_recv(wait_posted(key), cap, elem, ctx)
         });
     }
+    let Some(src) = source(comm, src)? else {
+        return Ok(Status::proc_null());
+    };
     let cap = buf.rsmpi_capacity();
     let key = progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
-    let st = crate::request::finish(progress::wait(key), cap as u64, elem, ctx)?;
+    let st = crate::request::finish_recv(wait_posted(key), cap as u64, elem, ctx)?;
     let data = progress::with(|s| s.owned_done.remove(&key)).unwrap_or_default();
     buf.rsmpi_unpack(&data)?;
     Ok(st)
+}
+
+/// Waits for the receive [`start_recv`] posted as `key`: its outcome, by the wait
+/// for a receive (its first turn in one access to the library state).
+#[inline(always)]
+fn wait_posted(key: Key) -> matching::RecvOutcome {
+    let Key::Recv(id) = key else {
+        unreachable!("a receive is posted as a receive")
+    };
+    progress::wait_recv(id)
 }
 
 /// The matching source of `src` in `comm` (`None` inside: `PROC_NULL`).

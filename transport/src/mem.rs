@@ -396,9 +396,18 @@ impl<'h, H: RegionHost> Lent<'h, H> {
 }
 
 impl<H: RegionHost> Drop for Lent<'_, H> {
+    /// As a scope ends ([`scope`]): quiesced and released in one access to the table
+    /// when the host can (a blocking call's buffer, once per message).
     fn drop(&mut self) {
-        self.host.quiesce(&[self.id]);
-        self.host.with_regions(|r| r.remove(self.id));
+        let id = self.id;
+        let mut released = false;
+        self.host.quiesce_then(&[id], |r| {
+            r.remove(id);
+            released = true;
+        });
+        if !released {
+            self.host.with_regions(|r| r.remove(id));
+        }
     }
 }
 
@@ -481,13 +490,42 @@ mod tests {
                     s.lend_mut(b);
                 }
             });
-            let r = host.0.borrow();
             assert_eq!(
-                r.count(),
+                host.0.borrow().count(),
                 0,
                 "regions outlived their scope (release run: {runs})"
             );
+            // a blocking call's one buffer (`lend`, `lend_mut`), the same way
+            let (mut a, b) = ([0u8; 4], [1u8; 4]);
+            let ids = lend_mut(&host, &mut a, |x| lend(&host, &b, |y| [x, y]));
+            assert_ne!(ids[0], ids[1]);
+            assert_eq!(
+                host.0.borrow().count(),
+                0,
+                "a lent buffer outlived its call (release run: {runs})"
+            );
         }
+    }
+
+    /// A blocking call's buffer is quiesced before it is released, also when the
+    /// call unwinds.
+    #[test]
+    fn a_lent_buffer_is_quiesced_then_released() {
+        let host = Host(RefCell::default(), RefCell::default());
+        let mut a = [0u8; 4];
+        let id = lend_mut(&host, &mut a, |id| {
+            assert_eq!(host.0.borrow().count(), 1);
+            id
+        });
+        assert_eq!(*host.1.borrow(), [id]);
+        assert_eq!(host.0.borrow().count(), 0);
+        let b = [0u8; 4];
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            lend(&host, &b, |_| panic!("the call fails"))
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(host.1.borrow().len(), 2, "quiesced when unwinding");
+        assert_eq!(host.0.borrow().count(), 0);
     }
 
     /// A scope releases every region it lent: inline, in the heap list's first room,
