@@ -70,32 +70,20 @@ per_round() { # name, command...: the self loop
     echo "$(( (b - a) / (N2 - N1) ))"
 }
 
-# Rank 0 of a job under callgrind, collecting inside function $CGFN only; the other
-# ranks natively. The rank comes from whichever launcher started us.
-cat >"$out/rank0.sh" <<'EOF'
+# Rank $CGRANK (0 unless set) of a job under callgrind, collecting inside function
+# $CGFN only; the other ranks natively. The rank comes from whichever launcher
+# started us.
+cat >"$out/rank.sh" <<'EOF'
 #!/bin/sh
 r=${RSMPI_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}
-if [ "$r" = 0 ]; then
+if [ "$r" = "${CGRANK:-0}" ]; then
     exec valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$CGFN" \
-        --callgrind-out-file="$CGDIR/cg0" "$@" 2>"$CGDIR/err0"
+        --callgrind-out-file="$CGDIR/cg$r" "$@" 2>"$CGDIR/err$r"
 fi
 exec "$@"
 EOF
-chmod +x "$out/rank0.sh"
+chmod +x "$out/rank.sh"
 export CGDIR="$out"
-
-# Rank 1 of a job under callgrind, collecting inside function $CGFN only (the answer
-# loop).
-cat >"$out/rank1.sh" <<'EOF1'
-#!/bin/sh
-r=${RSMPI_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}
-if [ "$r" = 1 ]; then
-    exec valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$CGFN" \
-        --callgrind-out-file="$CGDIR/cg1" "$@" 2>"$CGDIR/err1"
-fi
-exec "$@"
-EOF1
-chmod +x "$out/rank1.sh"
 
 # Both ranks of a job under callgrind: rank 0 collecting in send_window, rank 1 in
 # recv_window (both names are in rsmpi's example and in the C loop).
@@ -126,10 +114,10 @@ sides() { # program, launcher...: "send recv" instructions per message of the wi
 
 answer() { # fn, program, launcher...: instructions per round of the answer loop
     fn=$1; prog=$2; shift 2
-    export CGFN="$fn"
+    export CGFN="$fn" CGRANK=1
     for n in "$AN1" "$AN2"; do
         rm -f "$out/err1"
-        "$@" "$out/rank1.sh" "$prog" "$n" >/dev/null 2>&1 || true
+        "$@" "$out/rank.sh" "$prog" "$n" >/dev/null 2>&1 || true
         eval "x$n=\$(collected \"\$out/err1\" 2>/dev/null || true)"
     done
     eval "a=\$x$AN1 b=\$x$AN2"
@@ -148,12 +136,12 @@ naps() { # fn, program: instructions of PR sleeps alone
 pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per round over
          # REPEAT jobs, the sleeps' cost subtracted
     fn=$1; napfn=$2; prog=$3; shift 3
-    export CGFN="$fn"
+    export CGFN="$fn" CGRANK=0
     best=""
     i=0
     while [ "$i" -lt "$REPEAT" ]; do
         rm -f "$out/err0"
-        "$@" "$out/rank0.sh" "$prog" "$PR" >/dev/null 2>&1 || true
+        "$@" "$out/rank.sh" "$prog" "$PR" >/dev/null 2>&1 || true
         c=$(collected "$out/err0" 2>/dev/null || true)
         if [ -n "$c" ] && { [ -z "$best" ] || [ "$c" -lt "$best" ]; }; then best=$c; fi
         i=$((i + 1))
@@ -200,8 +188,8 @@ if command -v mpicc.openmpi >/dev/null; then
     done
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
     s=$(per_round openmpi "$out/selfloop-ompi")
-    p=$(pair rounds naps "$out/pairloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGDIR)
-    a=$(answer answer "$out/answerloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGDIR)
+    p=$(pair rounds naps "$out/pairloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
+    a=$(answer answer "$out/answerloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
     # shellcheck disable=SC2046
     row openmpi "$s" "$p" "$a" $(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
 fi

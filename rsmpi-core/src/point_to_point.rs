@@ -376,7 +376,10 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     let ctx = comm.ctx;
     if let Some(bytes) = buf.rsmpi_direct() {
         let cap = bytes.len() as u64;
-        // one visit to the library state checks the source and posts the receive
+        // one visit to the library state checks the source and posts the receive.
+        // The same closure as `irecv`'s, written out again: a function shared by the
+        // two left its thread-local access out of line (window receive 1 129 -> 1 256
+        // instructions a message, pair loop +119), as `begin_send` says
         return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
             let posted = progress::try_with(|s| -> Result<Option<Key>> {
                 let Some(src) = source_in(s, comm, src)? else {
