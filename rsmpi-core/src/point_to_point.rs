@@ -376,6 +376,9 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     let ctx = comm.ctx;
     if let Some(bytes) = buf.rsmpi_direct() {
         let cap = bytes.len() as u64;
+        // lending the buffer needs the library state: a call after finalize (or on a
+        // thread without it) returns `NotInitialized` here instead of panicking there
+        progress::try_with(|_| ())?;
         // one visit to the library state checks the source and posts the receive.
         // The same closure as `irecv`'s, written out again: a function shared by the
         // two left its thread-local access out of line (window receive 1 129 -> 1 256
