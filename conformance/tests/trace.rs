@@ -131,6 +131,34 @@ fn trace_is_complete_paired_and_converts_to_perfetto_json() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A rendezvous message whose receive completes after a later eager one on its
+/// channel (received normally, or taken first by a matched probe), and a message sent
+/// after a cancelled one on its channel (the programs
+/// of `src/bin/errors.rs`, clean twins): every receive is paired with its own send,
+/// because the tracer numbers a channel's messages in the order MPI matches them.
+/// The cancelled message is the one send never received.
+#[test]
+fn receives_pair_with_their_own_sends_in_match_order() {
+    for (case, unreceived) in [("order", 0), ("probe-order", 0), ("cancel", 1)] {
+        let dir = conformance::scratch(&format!("trace-{case}"));
+        let d = dir.to_str().expect("utf-8 path");
+        let j = conformance::tool_job(
+            Path::new(env!("CARGO_BIN_EXE_errors")),
+            2,
+            &[case, "ok"],
+            &[("RSMPI_TRACE", d)],
+            120,
+        );
+        assert_eq!(launcher::run(&j).expect("launch"), 0, "{case}");
+        let traces = format::read_dir(&dir, &mut |_, _| {}).expect("read the trace");
+        let bad = chrome::check(&traces);
+        assert!(bad.is_empty(), "{case}: {bad:#?}");
+        let left = chrome::unreceived(&traces);
+        assert_eq!(left.len(), unreceived, "{case}: {left:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 #[test]
 fn trace_memory_stays_under_the_soft_threshold_plus_one_chunk() {
     // 2 ranks x 210 000 sendrecvs (a send, a receive and the call's one record each)

@@ -52,6 +52,28 @@ pub enum Output {
     SendDone { send: SendId, outcome: SendOutcome },
     /// A buffered send finished internally: its copy of the data may be freed.
     BufferFree { send: SendId },
+    /// Receive `recv` matched the message `source` sent with `tag`, and its data comes
+    /// later (a read, or a staging read still under way): its `RecvDone` follows. Only
+    /// with [`Engine::report_matches`] on, for tools that number the messages of each
+    /// channel in the order MPI matches them (a receive that completes at its match
+    /// needs no such output: its completion comes in order). A driver may ignore it.
+    Matched {
+        recv: RecvId,
+        source: Rank,
+        tag: Tag,
+    },
+    /// The message `source` sent on (`ctx`, `tag`) was withdrawn from the unexpected
+    /// queue by its sender's cancel (rule 11): no receive will match it. `ahead`
+    /// earlier messages of that channel were still unmatched (in the unexpected
+    /// queue): it is the `ahead`-th message of the channel after those already
+    /// matched, not counting others withdrawn. Only with [`Engine::report_matches`]
+    /// on; a driver may ignore it.
+    Withdrawn {
+        source: Rank,
+        ctx: Ctx,
+        tag: Tag,
+        ahead: u64,
+    },
 }
 
 /// Where a one-sided read goes.
@@ -361,6 +383,9 @@ pub struct Engine {
     stats: Stats,
     /// The job is finishing ([`Engine::closing`]).
     closing: bool,
+    /// [`Output::Matched`] and [`Output::Withdrawn`] are reported
+    /// ([`Engine::report_matches`]).
+    report: bool,
 }
 
 /// A send request's fields, as [`Engine::send_req`] takes them.
@@ -404,7 +429,19 @@ impl Engine {
             out: VecDeque::new(),
             stats: Stats::default(),
             closing: false,
+            report: false,
         }
+    }
+
+    /// Reports, from now on, the order in which messages are matched where a
+    /// completion alone would not show it ([`Output::Matched`] for a receive whose data
+    /// comes later, [`Output::Withdrawn`] for a message its sender cancelled), for
+    /// tools that number each channel's messages in match order. MPI's non-overtaking
+    /// rule makes the k-th message matched on a channel the k-th sent on it, but a
+    /// rendezvous message can complete after a later eager one. Off by default; only
+    /// the rendezvous and cancel paths look at it.
+    pub fn report_matches(&mut self) {
+        self.report = true;
     }
 
     /// The job is finishing (`MPI_Finalize`, before its last barrier): from now on a
@@ -945,7 +982,20 @@ impl Engine {
             UData::Staging(x) => {
                 self.xfers.get_mut(&x).expect("staging xfer").owner = StageOwner::Recv(id, outcome);
                 self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching;
+                self.matched_later(id, outcome);
             }
+        }
+    }
+
+    /// Receive `id` matched with `outcome`, and completes later: reported when asked
+    /// to ([`Engine::report_matches`]).
+    fn matched_later(&mut self, id: RecvId, outcome: RecvOutcome) {
+        if let (true, RecvOutcome::Received { source, tag, .. }) = (self.report, outcome) {
+            self.out.push_back(Output::Matched {
+                recv: id,
+                source,
+                tag,
+            });
         }
     }
 
@@ -969,6 +1019,7 @@ impl Engine {
             },
         );
         self.recvs.get_mut(&id).unwrap().stage = RStage::Fetching;
+        self.matched_later(id, o);
         self.out.push_back(Output::Get {
             xfer,
             from,
@@ -1642,7 +1693,20 @@ impl Engine {
                             UData::Staging(_) | UData::Staged(_)
                         ) =>
                     {
-                        self.unexpected.take(seq);
+                        let ahead = if self.report {
+                            self.unexpected.ahead_on_channel(seq)
+                        } else {
+                            0
+                        };
+                        let e = self.unexpected.take(seq).expect("found");
+                        if self.report {
+                            self.out.push_back(Output::Withdrawn {
+                                source: from,
+                                ctx: e.ctx,
+                                tag: e.tag,
+                                ahead,
+                            });
+                        }
                         true
                     }
                     _ => false,

@@ -254,6 +254,19 @@ impl Unexpected {
         Some(e)
     }
 
+    /// How many messages of the channel of entry `seq` (its sender, context and tag)
+    /// arrived before it and are still here.
+    pub fn ahead_on_channel(&self, seq: u64) -> u64 {
+        let Some(e) = self.order.get(seq) else {
+            return 0;
+        };
+        let c = (e.src, e.ctx, e.tag);
+        self.order
+            .iter()
+            .filter(|&(s, x)| s < seq && (x.src, x.ctx, x.tag) == c)
+            .count() as u64
+    }
+
     /// The entry of send request `i` from `src`, if it is still unexpected.
     pub fn find_send(&self, src: Rank, i: u64) -> Option<u64> {
         self.order

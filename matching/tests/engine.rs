@@ -23,6 +23,8 @@ enum Event {
     Recv(Rank, RecvId, RecvOutcome),
     Send(Rank, SendId, SendOutcome),
     Free(Rank, SendId),
+    Matched(Rank, RecvId, Rank, Tag),
+    Withdrawn(Rank, Rank, Ctx, Tag, u64),
 }
 
 /// A one-sided write the driver posted for `Output::Put`.
@@ -351,6 +353,17 @@ impl World {
                     self.events.push(Event::Send(rank, send, outcome))
                 }
                 Output::BufferFree { send } => self.events.push(Event::Free(rank, send)),
+                Output::Matched { recv, source, tag } => {
+                    self.events.push(Event::Matched(rank, recv, source, tag))
+                }
+                Output::Withdrawn {
+                    source,
+                    ctx,
+                    tag,
+                    ahead,
+                } => self
+                    .events
+                    .push(Event::Withdrawn(rank, source, ctx, tag, ahead)),
             }
         }
     }
@@ -1459,6 +1472,132 @@ fn cancel_rendezvous_send_in_unexpected_queue() {
     assert_eq!(w.recv_done(1, r), None);
     assert!(w.gets.is_empty());
     assert_eq!(w.eng[1].queue_lengths(), (1, 0));
+}
+
+/// With `report_matches`, a receive matched to a message whose data comes later is
+/// reported at its match, before the completion of a later message on the same channel
+/// that overtakes it; without, nothing is reported.
+#[test]
+fn matches_reported_in_match_order() {
+    for report in [false, true] {
+        // (a) both receives posted first (matched at the receiver, not advertised)
+        let mut w = World::two(cfg(|c| {
+            c.eager_limit = 16;
+            c.matching = MatchingMode::Receiver;
+        }));
+        if report {
+            w.eng[1].report_matches();
+        }
+        let big = w.post(1, R0, t(3), 128);
+        let small = w.post(1, R0, t(3), 128);
+        let s1 = w.send(0, 1, 3, 100, STD);
+        let s2 = w.send(0, 1, 3, 8, STD);
+        w.deliver_all(0, 1);
+        // the small message is in, the large one's read not yet done
+        assert!(w.recv_done(1, small).is_some());
+        assert_eq!(w.recv_done(1, big), None);
+        w.run();
+        w.assert_received(1, big, 0, s1, 3);
+        w.assert_received(1, small, 0, s2, 3);
+        let order: Vec<RecvId> = w
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Matched(1, r, 0, 3) => Some(r),
+                Event::Recv(1, r, _) if r == small => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            order,
+            if report {
+                vec![big, small]
+            } else {
+                vec![small]
+            }
+        );
+
+        // (b) both unexpected, then received by receives posted in order: the first
+        // (rendezvous) matches at its post and completes after the second
+        let mut w = World::two(cfg(|c| c.eager_limit = 16));
+        if report {
+            w.eng[1].report_matches();
+        }
+        let s1 = w.send(0, 1, 4, 100, STD);
+        let s2 = w.send(0, 1, 4, 8, STD);
+        w.deliver_all(0, 1);
+        let big = w.post(1, R0, t(4), 128);
+        let small = w.post(1, R0, t(4), 128);
+        assert!(w.recv_done(1, small).is_some());
+        w.run();
+        w.assert_received(1, big, 0, s1, 4);
+        w.assert_received(1, small, 0, s2, 4);
+        let matched: Vec<&Event> = w
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Matched(..)))
+            .collect();
+        assert_eq!(matched.len(), report as usize);
+        let first = w.events.iter().position(|e| {
+            matches!(*e, Event::Matched(1, r, 0, 4) if r == big)
+                || matches!(*e, Event::Recv(1, r, _) if r == small)
+        });
+        let want = if report {
+            w.events
+                .iter()
+                .position(|e| matches!(*e, Event::Matched(1, r, 0, 4) if r == big))
+        } else {
+            w.events
+                .iter()
+                .position(|e| matches!(*e, Event::Recv(1, r, _) if r == small))
+        };
+        assert_eq!(first, want);
+    }
+}
+
+/// With `report_matches`, a send cancelled in the receiver's unexpected queue is
+/// reported there as withdrawn, with its channel.
+#[test]
+fn withdrawn_send_reported_at_the_receiver() {
+    for report in [false, true] {
+        let mut w = World::two(cfg(|c| c.eager_limit = 16));
+        if report {
+            w.eng[1].report_matches();
+        }
+        let s = w.send(0, 1, 6, 100, STD);
+        w.deliver_all(0, 1);
+        w.eng[0].cancel_send(s).unwrap();
+        w.drain(0);
+        w.run();
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Cancelled));
+        let withdrawn: Vec<&Event> = w
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Withdrawn(..)))
+            .collect();
+        if report {
+            assert!(matches!(withdrawn[..], [Event::Withdrawn(1, 0, 0, 6, 0)]));
+        } else {
+            assert!(withdrawn.is_empty());
+        }
+    }
+    // behind an earlier message of its channel still unexpected: one ahead of it
+    let mut w = World::two(cfg(|c| c.eager_limit = 16));
+    w.eng[1].report_matches();
+    let s1 = w.send(0, 1, 6, 8, STD);
+    let s2 = w.send(0, 1, 6, 100, STD);
+    w.deliver_all(0, 1);
+    w.eng[0].cancel_send(s2).unwrap();
+    w.drain(0);
+    w.run();
+    assert_eq!(w.send_done(0, s2), Some(SendOutcome::Cancelled));
+    assert!(w
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Withdrawn(1, 0, 0, 6, 1))));
+    let r = w.post(1, R0, t(6), 128);
+    w.run();
+    w.assert_received(1, r, 0, s1, 6);
 }
 
 #[test]

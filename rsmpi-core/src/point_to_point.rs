@@ -728,6 +728,10 @@ fn take_arrived(
     tag: TagSel,
 ) -> Option<(Message, Status, u32)> {
     let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+    if let Some(t) = s.tools_mut() {
+        // the probe is the message's match: numbered on its channel now
+        t.probe_matched(id, env.source, ctx, env.tag);
+    }
     let st = Status {
         source: s.comm_rank(ctx, env.source),
         tag: env.tag,
@@ -1410,6 +1414,7 @@ impl Message {
                     // the receive of a message already matched (by a probe, which is
                     // where any wildcard was): not a wildcard receive
                     t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
+                    t.probe_received(id, r);
                 }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));
@@ -1451,6 +1456,7 @@ impl Message {
                     // the receive of a message already matched (by a probe, which is
                     // where any wildcard was): not a wildcard receive
                     t.posted(r, ctx, Src::Rank(u32::MAX), TagSel::Any);
+                    t.probe_received(id, r);
                 }
                 if let Some(region) = dst.region() {
                     s.by_region.insert(region, Key::Recv(r));

@@ -1004,6 +1004,21 @@ impl State {
                     }
                     self.done.insert(Key::Send(send), Done::Send(outcome));
                 }
+                Output::Matched { recv, source, tag } => {
+                    if let Some(t) = self.tools_mut() {
+                        t.matched(recv, source, tag);
+                    }
+                }
+                Output::Withdrawn {
+                    source,
+                    ctx,
+                    tag,
+                    ahead,
+                } => {
+                    if let Some(t) = self.tools_mut() {
+                        t.withdrawn(source, ctx, tag, ahead);
+                    }
+                }
                 Output::BufferFree { send } => {
                     self.send_src.remove(&send);
                     self.unexpose(Key::Send(send));

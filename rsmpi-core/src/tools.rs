@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use matching::{RecvId, RecvOutcome, SendId, Source, TagSel};
+use matching::{MsgId, RecvId, RecvOutcome, SendId, Source, TagSel};
 
 use crate::check::deadlock::Deadlock;
 use crate::check::errors::Errors;
@@ -149,7 +149,67 @@ impl Tools {
         }
     }
 
-    /// A receive completed (in the order the engine matched them).
+    /// Receive `id` matched the message `source` sent with `tag`, and completes later
+    /// (the engine's `Output::Matched`: its data is read after the match): the tracer
+    /// and the checkers number it on its channel now, in the order MPI matched it, not
+    /// after a later message of its channel that completes first.
+    #[cold]
+    #[inline(never)]
+    pub fn matched(&mut self, id: RecvId, source: u32, tag: i32) {
+        if let Some(t) = &mut self.trace {
+            t.matched(id, source, tag);
+        }
+        if let Some(r) = &mut self.notes {
+            r.matched(id, source, tag);
+        }
+    }
+
+    /// The message `source` sent on (`ctx`, `tag`) was withdrawn by its sender's
+    /// successful cancel, behind `ahead` earlier messages of its channel not yet
+    /// matched (the engine's `Output::Withdrawn`): its number on the channel, which
+    /// the sender counted, is passed over.
+    #[cold]
+    #[inline(never)]
+    pub fn withdrawn(&mut self, source: u32, ctx: u32, tag: i32, ahead: u64) {
+        if let Some(t) = &mut self.trace {
+            t.withdrawn(source, ctx, tag, ahead);
+        }
+        if let Some(r) = &mut self.notes {
+            r.withdrawn(source, ctx, tag, ahead);
+        }
+    }
+
+    /// A matched probe (`MPI_Mprobe`) took message `msg`, which `source` sent on
+    /// (`ctx`, `tag`): that is its match, so it is numbered on its channel now; its
+    /// receive takes the number ([`Tools::probe_received`]).
+    #[cold]
+    #[inline(never)]
+    pub fn probe_matched(&mut self, msg: MsgId, source: u32, ctx: u32, tag: i32) {
+        if self.busy {
+            return;
+        }
+        if let Some(t) = &mut self.trace {
+            t.probe_matched(msg, source, ctx, tag);
+        }
+        if let Some(r) = &mut self.notes {
+            r.probe_matched(msg, source, ctx, tag);
+        }
+    }
+
+    /// Receive `r` of the message `msg` a matched probe took was posted (after
+    /// [`Tools::posted`]).
+    #[cold]
+    #[inline(never)]
+    pub fn probe_received(&mut self, msg: MsgId, r: RecvId) {
+        if let Some(t) = &mut self.trace {
+            t.early.rekey(msg.0, r.0);
+        }
+        if let Some(n) = &mut self.notes {
+            n.early.rekey(msg.0, r.0);
+        }
+    }
+
+    /// A receive completed.
     #[cold]
     #[inline(never)]
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
@@ -174,6 +234,9 @@ impl Tools {
 pub(crate) struct Channels {
     slots: [Option<(Channel, u64)>; SLOTS],
     rest: HashMap<Channel, u64>,
+    /// On a receiver, the numbers of messages withdrawn by their senders' cancels
+    /// that the count has not reached yet ([`Channels::withdraw`]): passed over.
+    skips: Vec<(Channel, u64)>,
 }
 
 /// A logical channel: (peer's world rank, context, tag).
@@ -183,6 +246,51 @@ type Channel = (u32, u32, i32);
 const SLOTS: usize = 8;
 
 impl Channels {
+    /// The number of the next message *received* (matched) on channel `c`, counting
+    /// it: [`Channels::next`], passing over the numbers of withdrawn messages.
+    #[inline(always)]
+    pub(crate) fn next_received(&mut self, c: Channel) -> u64 {
+        let n = self.next(c);
+        if self.skips.is_empty() {
+            n
+        } else {
+            self.past_skips(c, n)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn past_skips(&mut self, c: Channel, mut n: u64) -> u64 {
+        while let Some(i) = self.skips.iter().position(|&x| x == (c, n)) {
+            self.skips.swap_remove(i);
+            n = self.next(c);
+        }
+        n
+    }
+
+    /// A message of channel `c` was withdrawn by its sender's cancel, behind `ahead`
+    /// earlier messages of the channel not yet matched: its number (the `ahead`-th
+    /// after those counted, not counting numbers already withdrawn) is never received.
+    pub(crate) fn withdraw(&mut self, c: Channel, ahead: u64) {
+        let (mut n, mut left) = (self.count(c), ahead);
+        loop {
+            if self.skips.contains(&(c, n)) {
+                n += 1;
+            } else if left > 0 {
+                left -= 1;
+                n += 1;
+            } else {
+                break;
+            }
+        }
+        self.skips.push((c, n));
+    }
+
+    /// The messages of channel `c` received or withdrawn so far.
+    pub(crate) fn taken(&self, c: Channel) -> u64 {
+        self.count(c) + self.skips.iter().filter(|x| x.0 == c).count() as u64
+    }
+
     /// The number of messages counted so far on channel `c`.
     pub(crate) fn count(&self, c: Channel) -> u64 {
         match self.slots[c.0 as usize % SLOTS] {
@@ -220,6 +328,45 @@ impl Channels {
     }
 }
 
+/// The numbers on their channels of the messages matched ahead of their completion
+/// ([`Tools::matched`], [`Tools::probe_matched`]), by the engine's id of the receive
+/// (or of the probed message, until its receive is posted). MPI's non-overtaking rule
+/// makes the k-th message *matched* on a channel the k-th sent on it; a rendezvous
+/// message matched before a later eager one completes after it, so numbering at
+/// completion alone would swap the two. Empty in a run without rendezvous messages,
+/// where a completion's look here is one comparison.
+#[derive(Default)]
+pub(crate) struct Early(HashMap<u64, u64>);
+
+impl Early {
+    /// Message number `n` for the receive (or probed message) with engine id `id`.
+    pub(crate) fn insert(&mut self, id: u64, n: u64) {
+        self.0.insert(id, n);
+    }
+
+    /// Whether `id` has its number already.
+    pub(crate) fn has(&self, id: u64) -> bool {
+        !self.0.is_empty() && self.0.contains_key(&id)
+    }
+
+    /// The number given to `id` at its match, if it was numbered then.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, id: u64) -> Option<u64> {
+        if self.0.is_empty() {
+            None
+        } else {
+            self.0.remove(&id)
+        }
+    }
+
+    /// The number of probed message `msg` passes to its receive `r`.
+    pub(crate) fn rekey(&mut self, msg: u64, r: u64) {
+        if let Some(n) = self.take(msg) {
+            self.0.insert(r, n);
+        }
+    }
+}
+
 /// Starts the tools the environment asks for; called by every rank at initialisation
 /// (the tools' set-up is collective: every rank must have the same settings).
 pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
@@ -235,7 +382,11 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
                 .into(),
         ));
     }
-    progress::with(|s| s.tools = Some(Box::default()));
+    progress::with(|s| {
+        s.tools = Some(Box::default());
+        // the tools number each channel's messages in the order MPI matches them
+        s.engine.report_matches();
+    });
     ON.store(true, Ordering::Relaxed);
     if checks.any() {
         CHECKING.store(true, Ordering::Relaxed);
@@ -527,5 +678,25 @@ mod tests {
             (c.count(a), c.count(b), c.count(d), c.count((9, 9, 9))),
             (4, 3, 1, 0)
         );
+    }
+
+    /// Withdrawn messages' numbers are passed over, wherever they stood among the
+    /// messages not yet received, and count as taken.
+    #[test]
+    fn withdrawn_numbers_are_passed_over() {
+        let mut c = Channels::default();
+        let (a, b) = ((1, 0, 5), (2, 0, 5));
+        assert_eq!(c.next_received(a), 0);
+        // messages 1, 2, 3 unreceived; 2 withdrawn (one ahead), then 3 (one ahead:
+        // message 1, since 2 is gone)
+        c.withdraw(a, 1);
+        c.withdraw(a, 1);
+        assert_eq!(c.taken(a), 3);
+        // another channel is not touched
+        c.withdraw(b, 0);
+        assert_eq!(c.next_received(a), 1);
+        assert_eq!(c.next_received(a), 4);
+        assert_eq!(c.next_received(b), 1);
+        assert_eq!((c.count(a), c.taken(a), c.taken(b)), (5, 5, 2));
     }
 }

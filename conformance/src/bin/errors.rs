@@ -11,6 +11,14 @@
 //! * `unmatched-receive`: rank 1 posts a receive no message ever matches (on a
 //!   `'static` buffer, so no scope cancels it).
 //! * `type-mismatch`: rank 0 sends 4 `f64`, rank 1 receives 4 `i64` (twin: 4 `f64`).
+//! * `order`: rank 0 sends a rendezvous message of `i32` and then 1 `f64` on one
+//!   channel; rank 1 receives the second first, into 1 `i64` (twin: `f64`). The
+//!   report pairs it with the `f64` send, not the first.
+//! * `probe-order`: as `order`, but rank 1 takes the first message with a matched
+//!   probe and receives it after the second.
+//! * `cancel`: rank 0 cancels a synchronous send of 1 `f64`, then sends 1 `i32` on
+//!   the same channel; rank 1 receives it into 1 `f32` (twin: `i32`). The report
+//!   pairs it with the `i32` send, and the cancelled message is not unmatched.
 //! * `type-struct`: rank 0 sends 2 × `(i32, f64)`; rank 1 receives them with an
 //!   immediate receive into 1 × `(i32, f64, f64, i32)` (twin: the legal
 //!   `(i32, f64, i32, f64)`, MPI's example of matching signatures).
@@ -103,6 +111,88 @@ fn main() {
             } else {
                 let mut b = [0i64; 4];
                 peer.receive_into(&mut b[..]); // @type-mismatch
+            }
+        }
+        "order" => {
+            // a rendezvous message, then an eager one, on one channel; the eager one's
+            // receive completes first
+            if me == 0 {
+                let big = vec![7i32; 1 << 18];
+                rsmpi::request::scope(|sc| {
+                    let a = peer.immediate_send(sc, &big[..]);
+                    let b = peer.immediate_send(sc, &[1.5f64][..]); // @order-send
+                    a.wait();
+                    b.wait();
+                });
+            } else {
+                // both are in the unexpected queue when the receives are posted
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let mut big = vec![0i32; 1 << 18];
+                let (mut right, mut wrong) = ([0f64; 1], [0i64; 1]);
+                rsmpi::request::scope(|sc| {
+                    let a = peer.immediate_receive_into(sc, &mut big[..]);
+                    if ok {
+                        peer.immediate_receive_into(sc, &mut right[..]).wait();
+                    } else {
+                        peer.immediate_receive_into(sc, &mut wrong[..]).wait(); // @order
+                    }
+                    a.wait();
+                });
+                assert!(big.iter().all(|&x| x == 7));
+                if ok {
+                    assert_eq!(right, [1.5]);
+                }
+            }
+        }
+        "probe-order" => {
+            // as `order`, but the first message is taken by a matched probe and
+            // received after the second
+            if me == 0 {
+                let big = vec![7i32; 1 << 18];
+                rsmpi::request::scope(|sc| {
+                    let a = peer.immediate_send(sc, &big[..]);
+                    let b = peer.immediate_send(sc, &[1.5f64][..]); // @probe-order-send
+                    a.wait();
+                    b.wait();
+                });
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                let (msg, st) = peer.matched_probe();
+                assert_eq!(st.count(i32::equivalent_datatype()), 1 << 18);
+                if ok {
+                    let mut right = [0f64; 1];
+                    peer.receive_into(&mut right[..]);
+                    assert_eq!(right, [1.5]);
+                } else {
+                    let mut wrong = [0i64; 1];
+                    peer.receive_into(&mut wrong[..]); // @probe-order
+                }
+                let mut big = vec![0i32; 1 << 18];
+                msg.matched_receive_into(&mut big[..]);
+                assert!(big.iter().all(|&x| x == 7));
+            }
+        }
+        "cancel" => {
+            // a synchronous send cancelled, then another message on its channel
+            if me == 0 {
+                rsmpi::request::scope(|sc| {
+                    let a = peer.immediate_synchronous_send(sc, &[2.5f64][..]);
+                    a.cancel();
+                    assert!(a.wait().is_cancelled(), "the cancel lost");
+                });
+                w.barrier();
+                peer.send(&[7i32][..]); // @cancel-send
+            } else {
+                // the barrier's progress takes the cancel
+                w.barrier();
+                if ok {
+                    let mut b = [0i32; 1];
+                    peer.receive_into(&mut b[..]);
+                    assert_eq!(b, [7]);
+                } else {
+                    let mut b = [0f32; 1];
+                    peer.receive_into(&mut b[..]); // @cancel
+                }
             }
         }
         "type-struct" => {

@@ -33,6 +33,12 @@
 //!   one-sided write has landed and completed, and every send whose message was
 //!   received has completed.
 //! * Synchronous sends complete only after their message matched.
+//! * Match order (`Engine::report_matches`, on in every checked engine): numbering
+//!   each receive on its channel (sender, receiver, tag) when it is reported matched
+//!   (`Output::Matched`) or else when it completes, and counting a withdrawn message
+//!   (`Output::Withdrawn`) as numbered, gives every receive the message with that
+//!   number on its channel, in its sender's program order: what the tools' pairing
+//!   of receives with sends relies on.
 //! * No engine reports a protocol error.
 
 #![allow(dead_code)]
@@ -77,6 +83,8 @@ pub struct Program {
     sends: Vec<(Rank, Rank, Tag, u64, bool)>, // from, to, tag, len, sync
     local_recv: Vec<Vec<usize>>,              // [rank] -> global recv indices in order
     local_send: Vec<Vec<usize>>,
+    chans: Vec<(Rank, Rank, Tag)>, // the channels the sends use
+    pos: Vec<u8>,                  // [send] -> its number on its channel
 }
 
 impl Program {
@@ -90,6 +98,8 @@ impl Program {
             sends: vec![],
             local_recv: vec![],
             local_send: vec![],
+            chans: vec![],
+            pos: vec![],
         };
         for (r, ops) in p.ranks.iter().enumerate() {
             let mut ro = vec![];
@@ -127,7 +137,24 @@ impl Program {
             p.local_recv.push(lr);
             p.local_send.push(ls);
         }
+        for g in 0..p.sends.len() {
+            let (from, to, tag, _, _) = p.sends[g];
+            let c = p.chan((from, to, tag)).unwrap_or_else(|| {
+                p.chans.push((from, to, tag));
+                p.chans.len() - 1
+            });
+            let n = (0..g).filter(|&g1| {
+                let (f1, t1, tag1, _, _) = p.sends[g1];
+                p.chan((f1, t1, tag1)) == Some(c)
+            });
+            p.pos.push(n.count() as u8);
+        }
         p
+    }
+
+    /// The index of channel `c` (sender, receiver, tag) among the sends' channels.
+    fn chan(&self, c: (Rank, Rank, Tag)) -> Option<usize> {
+        self.chans.iter().position(|&x| x == c)
     }
 
     pub fn describe(&self) -> String {
@@ -247,6 +274,12 @@ struct World {
     gets: Vec<PendingGet>,
     /// Sends whose message matched (direct write, or a receive completed with it).
     matched: u32,
+    /// Messages numbered so far on each channel (`Program::chans`), and each
+    /// receive's number, given when it was reported matched (plus one; 0: none yet).
+    nums: Vec<u8>,
+    rnum: Vec<u8>,
+    /// Numbers of withdrawn messages not yet reached (channel, number), sorted.
+    skips: Vec<(u8, u8)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -450,6 +483,56 @@ impl Step<'_> {
                     let g = self.send_idx(rank, send);
                     self.check_put_completed(g, "its buffer free");
                 }
+                Output::Matched { recv, source, tag } => {
+                    let r = self.recv_idx(rank, recv);
+                    match self.number(source, rank, tag) {
+                        Some(n) if self.w.rnum[r] == 0 => self.w.rnum[r] = n + 1,
+                        _ => self.v(
+                            "ORDER",
+                            format!("recv#{r} reported matched twice, or off every channel"),
+                        ),
+                    }
+                }
+                Output::Withdrawn {
+                    source, tag, ahead, ..
+                } => match self.p.chan((source, rank, tag)) {
+                    // the number `ahead` places after the last numbered, past the
+                    // numbers already withdrawn
+                    Some(c) => {
+                        let (mut n, mut left) = (self.w.nums[c], ahead);
+                        loop {
+                            if self.w.skips.contains(&(c as u8, n)) {
+                                n += 1;
+                            } else if left > 0 {
+                                left -= 1;
+                                n += 1;
+                            } else {
+                                break;
+                            }
+                        }
+                        self.w.skips.push((c as u8, n));
+                        self.w.skips.sort_unstable();
+                    }
+                    None => self.v(
+                        "ORDER",
+                        format!("a message withdrawn from {source} on no channel"),
+                    ),
+                },
+            }
+        }
+    }
+
+    /// The next number on channel (`from`, `to`, `tag`), counted.
+    fn number(&mut self, from: Rank, to: Rank, tag: Tag) -> Option<u8> {
+        let c = self.p.chan((from, to, tag))?;
+        loop {
+            let n = self.w.nums[c];
+            self.w.nums[c] += 1;
+            match self.w.skips.iter().position(|&x| x == (c as u8, n)) {
+                Some(i) => {
+                    self.w.skips.remove(i);
+                }
+                None => return Some(n),
             }
         }
     }
@@ -486,6 +569,21 @@ impl Step<'_> {
                 };
                 let (from, to, stag, slen, _) = self.p.sends[g];
                 let (rrank, rsrc, rtag) = self.p.recvs[r];
+                // match order: its number (given when reported matched, else now) is
+                // its message's on the channel
+                let n = match self.w.rnum[r] {
+                    0 => self.number(source, rrank, tag),
+                    k => Some(k - 1),
+                };
+                if n != Some(self.p.pos[g]) {
+                    self.v(
+                        "ORDER",
+                        format!(
+                            "recv#{r} numbered {n:?} on its channel got send#{g}, number {}",
+                            self.p.pos[g]
+                        ),
+                    );
+                }
                 if from != source
                     || stag != tag
                     || to != rrank
@@ -884,7 +982,13 @@ impl TagExt for TagSel {
 fn initial(p: &Program) -> World {
     let n = p.n() as u32;
     World {
-        eng: (0..n).map(|r| Engine::new(r, n, p.cfg)).collect(),
+        eng: (0..n)
+            .map(|r| {
+                let mut e = Engine::new(r, n, p.cfg);
+                e.report_matches();
+                e
+            })
+            .collect(),
         chan: vec![VecDeque::new(); (n * n) as usize],
         writes: vec![],
         landed: 0,
@@ -896,6 +1000,9 @@ fn initial(p: &Program) -> World {
         buf: vec![vec![0; CAP as usize]; p.recvs.len()],
         gets: vec![],
         matched: 0,
+        nums: vec![0; p.chans.len()],
+        rnum: vec![0; p.recvs.len()],
+        skips: vec![],
     }
 }
 

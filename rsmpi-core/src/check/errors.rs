@@ -334,7 +334,7 @@ pub(crate) fn finish() {
         let mut o = 0;
         while let Some(entry) = decode(b, &mut o) {
             let (ctx, tag, n, call) = entry;
-            let got = received.count((from as u32, ctx, tag));
+            let got = received.taken((from as u32, ctx, tag));
             if n > got {
                 let lost = n - got;
                 let src = progress::with(|s| s.comm_rank(ctx, from as u32));

@@ -549,6 +549,8 @@ pub(crate) struct Notes {
     /// Messages so far on each channel, sent and received.
     sent: Channels,
     received: Channels,
+    /// Receives numbered at their match, before they complete.
+    pub(crate) early: tools::Early,
     /// The receives posted on user communicators and not completed yet.
     posted: OneMap<RecvId, u32>,
     /// The receives `posted` and `events` name.
@@ -742,6 +744,7 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         tool,
         sent: Channels::default(),
         received: Channels::default(),
+        early: tools::Early::default(),
         posted: OneMap::default(),
         slab: Slab::default(),
         events: Events::default(),
@@ -832,12 +835,48 @@ impl Notes {
         }
     }
 
+    /// Receive `id` matched a message from `source` with `tag` whose data comes later
+    /// (`Tools::matched`): numbered now, in match order.
+    pub fn matched(&mut self, id: RecvId, source: u32, tag: i32) {
+        if let Some(&at) = self.posted.get(&id) {
+            if !self.early.has(id.0) {
+                let seq = self
+                    .received
+                    .next_received((source, self.slab.get(at).ctx, tag));
+                self.early.insert(id.0, seq);
+            }
+        }
+    }
+
+    /// A message from `source` on (`ctx`, `tag`) was withdrawn by its sender's cancel
+    /// (`Tools::withdrawn`): its number is passed over (its note stays unused, as a
+    /// ready send's that found no receive), and it counts as taken for the
+    /// unmatched-send check.
+    pub fn withdrawn(&mut self, source: u32, ctx: u32, tag: i32, ahead: u64) {
+        if ctx & INTERNAL == 0 {
+            self.received.withdraw((source, ctx, tag), ahead);
+        }
+    }
+
+    /// A matched probe took message `msg` (`Tools::probe_matched`): numbered now.
+    pub fn probe_matched(&mut self, msg: matching::MsgId, source: u32, ctx: u32, tag: i32) {
+        if ctx & INTERNAL == 0 {
+            let seq = self.received.next_received((source, ctx, tag));
+            self.early.insert(msg.0, seq);
+        }
+    }
+
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
         let Some(at) = self.posted.remove(&id) else {
             return;
         };
         if let RecvOutcome::Received { source, tag, .. } = *outcome {
-            let seq = self.received.next((source, self.slab.get(at).ctx, tag));
+            let seq = match self.early.take(id.0) {
+                Some(n) => n,
+                None => self
+                    .received
+                    .next_received((source, self.slab.get(at).ctx, tag)),
+            };
             self.events.push(Event::Recv {
                 at,
                 src: source,

@@ -97,6 +97,8 @@ pub(crate) struct Tracer {
     received: Channels,
     /// Contexts of the receives posted while recording, until they complete.
     recv_ctx: matching::OneMap<RecvId, u32>,
+    /// Receives numbered at their match, before they complete.
+    pub(crate) early: crate::tools::Early,
     tool: SimpleCommunicator,
     /// Writing failed: the trace stops (and says so once).
     failed: bool,
@@ -286,6 +288,34 @@ impl Tracer {
         }
     }
 
+    /// Receive `id` matched a message from `source` with `tag` whose data comes later
+    /// (`Tools::matched`): numbered now.
+    pub fn matched(&mut self, id: RecvId, source: u32, tag: i32) {
+        if let Some(&ctx) = self.recv_ctx.get(&id) {
+            if !self.early.has(id.0) {
+                let seq = self.received.next_received((source, ctx, tag));
+                self.early.insert(id.0, seq);
+            }
+        }
+    }
+
+    /// A message from `source` on (`ctx`, `tag`) was withdrawn by its sender's cancel
+    /// (`Tools::withdrawn`): its number is passed over. Only a user's send is ever
+    /// cancelled, and its sender numbered it, so this holds whenever the cancel comes
+    /// in: also while the tracer's own traffic runs (a flush at the end of a
+    /// collective, whose progress may take the cancel), when nothing is recorded.
+    pub fn withdrawn(&mut self, source: u32, ctx: u32, tag: i32, ahead: u64) {
+        self.received.withdraw((source, ctx, tag), ahead);
+    }
+
+    /// A matched probe took message `msg` (`Tools::probe_matched`): numbered now.
+    pub fn probe_matched(&mut self, msg: matching::MsgId, source: u32, ctx: u32, tag: i32) {
+        if self.recording() {
+            let seq = self.received.next_received((source, ctx, tag));
+            self.early.insert(msg.0, seq);
+        }
+    }
+
     /// A receive completed.
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
         let Some(ctx) = self.recv_ctx.remove(&id) else {
@@ -298,7 +328,10 @@ impl Tracer {
             truncated_from,
         } = *outcome
         {
-            let seq = self.received.next((source, ctx, tag));
+            let seq = match self.early.take(id.0) {
+                Some(n) => n,
+                None => self.received.next_received((source, ctx, tag)),
+            };
             self.push(
                 Kind::Recv,
                 0,
@@ -618,6 +651,7 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
         sent: Channels::default(),
         received: Channels::default(),
         recv_ctx: matching::OneMap::default(),
+        early: crate::tools::Early::default(),
         tool,
         failed: false,
     };
