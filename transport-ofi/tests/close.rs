@@ -10,17 +10,21 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{open, polling_barrier, send_blocking, Rng, SHM, TCP};
+use common::{open, polling_barrier, send_blocking, Rng, SHM, TCP, VERBS};
 use transport::{Exchange, Rank, Transport};
 use transport_shm::testing::{run_ranks, RankEnv};
 
 /// Messages to each peer, none of them read: few enough that the receivers' buffers
 /// hold them all (a sender never waits for a reader that will not come).
 const MSGS: u32 = 16;
+/// Messages to each peer over `verbs;ofi_rxm`: more than half of the 128 receive
+/// buffers rxm gave a connection without a shared receive context (the verbs flow
+/// control then sent credits), and few enough for the 512 shared ones rsmpi sets up.
+const VERBS_MSGS: u32 = 100;
 /// How much later than the others the last rank closes.
 const LATE: Duration = Duration::from_secs(2);
 
-fn close_with_traffic(env: RankEnv, provider: &str) {
+fn close_with_traffic(env: RankEnv, provider: &str, msgs: u32) {
     let mut t = open(&env, provider);
     let (me, n) = (env.rank, env.size);
     // a rank that leaves the barrier first may send before the others have left it:
@@ -28,7 +32,7 @@ fn close_with_traffic(env: RankEnv, provider: &str) {
     polling_barrier(&mut t, &env, "start", &mut |_, _| {});
     let mut rng = Rng::new(u64::from(me) + 7);
     let mut payload = vec![0u8; 2048];
-    for i in 0..MSGS {
+    for i in 0..msgs {
         for p in (0..n).filter(|&p| p != me) {
             let len = rng.below(payload.len() as u64 + 1) as usize;
             rng.fill(&mut payload[..len]);
@@ -71,7 +75,7 @@ fn close_waits_for_every_peer_tcp() {
         "close_waits_for_every_peer_tcp",
         3,
         Duration::from_secs(60),
-        |env| close_with_traffic(env, TCP),
+        |env| close_with_traffic(env, TCP, MSGS),
     );
 }
 
@@ -81,6 +85,22 @@ fn close_waits_for_every_peer_shm() {
         "close_waits_for_every_peer_shm",
         3,
         Duration::from_secs(60),
-        |env| close_with_traffic(env, SHM),
+        |env| close_with_traffic(env, SHM, MSGS),
+    );
+}
+
+/// Over `verbs;ofi_rxm`, in the SoftRoCE guest (`RSMPI_VERBS_TEST=1`,
+/// `ci/guest-ofi-verbs.sh`); elsewhere there is no RDMA device, and the test checks
+/// that there is none.
+#[test]
+fn close_waits_for_every_peer_verbs() {
+    if !common::with_device() {
+        return;
+    }
+    run_ranks(
+        "close_waits_for_every_peer_verbs",
+        3,
+        Duration::from_secs(120),
+        |env| close_with_traffic(env, VERBS, VERBS_MSGS),
     );
 }

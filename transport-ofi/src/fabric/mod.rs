@@ -84,6 +84,56 @@ fn rxm_eager_fits_a_control_message() {
     }
 }
 
+/// Receive buffers rxm posts to its shared receive context over verbs when rsmpi
+/// turns that on ([`rxm_shared_receives`]): at the raised eager size (~66 KiB a
+/// buffer) 34 MiB, pinned, against 270 MiB for rxm's default of 4 096.
+const RXM_SRX_SIZE: usize = 512;
+
+/// libfabric 1.17's rxm closes a connection's endpoint *before* it empties the
+/// completion queue the endpoint shares (`rxm_close_conn`; fixed upstream in 2026,
+/// libfabric commit 697688386). A completion still queued then is handled against the
+/// closed endpoint. Over `verbs;ofi_rxm` that happens at `fi_close`: the verbs
+/// provider's flow control sends credit messages whenever a receiver has reposted
+/// half of a connection's receive buffers, one can come in after a rank's last read
+/// (its peers read its goodbye and repost after it stopped reading), and rxm then
+/// reposts the credit's buffer on the closed endpoint: a segfault inside libfabric.so
+/// (1 job in ~80 of the short soak in the SoftRoCE guest; docs/transports.md). With a
+/// shared receive context there is no such flow control (verbs offers it only without
+/// one) and rxm reposts into the shared context, which it closes last. So unless the
+/// user chose, rsmpi runs rxm with a shared receive context (`tcp;ofi_rxm` already
+/// does by default), and when the provider asked for is verbs, one of
+/// [`RXM_SRX_SIZE`] buffers (tcp keeps rxm's 4 096: 64 KiB `bw` across namespaces
+/// ran at half the rate in half the jobs with 512). libfabric reads the size when
+/// the provider loads, at the first `fi_getinfo`.
+fn rxm_shared_receives(cfg: &OfiConfig) {
+    let named = cfg
+        .provider
+        .clone()
+        .or_else(|| std::env::var("FI_PROVIDER").ok())
+        .unwrap_or_default();
+    let verbs = named.to_ascii_lowercase().contains("verbs");
+    for (var, value) in rxm_receive_settings(|v| std::env::var_os(v).is_some(), verbs) {
+        std::env::set_var(var, value);
+    }
+}
+
+/// The variables [`rxm_shared_receives`] sets, given which are set already (`is_set`)
+/// and whether the provider asked for is verbs: none if the user chose whether rxm
+/// shares its receive context; otherwise that it does, and over verbs its size unless
+/// the user chose one.
+fn rxm_receive_settings(is_set: impl Fn(&str) -> bool, verbs: bool) -> Vec<(&'static str, String)> {
+    const SRX: &str = "FI_OFI_RXM_USE_SRX";
+    const SIZE: &str = "FI_OFI_RXM_MSG_RX_SIZE";
+    if is_set(SRX) {
+        return Vec::new();
+    }
+    let mut v = vec![(SRX, "1".to_string())];
+    if verbs && !is_set(SIZE) {
+        v.push((SIZE, RXM_SRX_SIZE.to_string()));
+    }
+    v
+}
+
 /// What we chose from fi_getinfo.
 struct Choice {
     list: InfoList,
@@ -338,6 +388,7 @@ impl OfiTransport {
     /// Everything before the exchange: choose, open, post the receives.
     fn open_local(rank: Rank, size: u32, cfg: &OfiConfig) -> Result<OfiTransport, TransportError> {
         rxm_eager_fits_a_control_message();
+        rxm_shared_receives(cfg);
         let Choice { list, idx, desc } = select(cfg)?;
         let mr_local = desc.mr_local || env_flag(ENV_MR_LOCAL);
         let mut next_key = 1u64;
@@ -873,5 +924,31 @@ impl Transport for OfiTransport {
     /// unreachable.
     fn close(&mut self) -> Result<(), TransportError> {
         self.goodbye()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(set: &[&str], verbs: bool) -> Vec<(&'static str, String)> {
+        rxm_receive_settings(|v| set.contains(&v), verbs)
+    }
+
+    #[test]
+    fn rxm_shares_its_receive_context_unless_the_user_chose() {
+        let srx = ("FI_OFI_RXM_USE_SRX", "1".to_string());
+        let size = ("FI_OFI_RXM_MSG_RX_SIZE", "512".to_string());
+        assert_eq!(settings(&[], true), [srx.clone(), size]);
+        // rxm's own size over tcp
+        assert_eq!(settings(&[], false), std::slice::from_ref(&srx));
+        // the user's size is kept
+        assert_eq!(settings(&["FI_OFI_RXM_MSG_RX_SIZE"], true), [srx]);
+        // the user's choice either way is kept, and then nothing else is set
+        for verbs in [true, false] {
+            assert!(settings(&["FI_OFI_RXM_USE_SRX"], verbs).is_empty());
+            let both = ["FI_OFI_RXM_USE_SRX", "FI_OFI_RXM_MSG_RX_SIZE"];
+            assert!(settings(&both, verbs).is_empty());
+        }
     }
 }

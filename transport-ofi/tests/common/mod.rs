@@ -11,6 +11,23 @@ use transport_shm::testing::RankEnv;
 /// between hosts) and shared memory.
 pub const TCP: &str = "tcp;ofi_rxm";
 pub const SHM: &str = "shm";
+/// RDMA through the RDM utility provider: only in the SoftRoCE guest
+/// ([`with_device`]).
+pub const VERBS: &str = "verbs;ofi_rxm";
+
+/// Whether this run has an RDMA device (`RSMPI_VERBS_TEST=1`, set in the SoftRoCE
+/// guest). Without it there must be none, or the variable was forgotten.
+pub fn with_device() -> bool {
+    if std::env::var("RSMPI_VERBS_TEST").is_ok_and(|v| v == "1") {
+        return true;
+    }
+    let present = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    assert!(
+        !present,
+        "an RDMA device is present: run the verbs cases with RSMPI_VERBS_TEST=1"
+    );
+    false
+}
 
 pub fn open(env: &RankEnv, provider: &str) -> OfiTransport {
     let cfg = OfiConfig {
