@@ -77,6 +77,8 @@ pub fn across(refs: Vec<Reference>, a: &Across) -> Vec<Reference> {
                 ]
                 .map(String::from)
                 .to_vec(),
+                // a TMPDIR per host for the daemons (launcher::netns, the ssh stand-in)
+                env: [r.env.as_slice(), &[("NETNS_SSH_OWN_TMPDIR", "1")]].concat(),
                 transport: "tcp",
                 ..r
             }),

@@ -161,11 +161,19 @@ impl Drop for Hosts {
 /// A stand-in for `ssh [options] host command…` that runs the command in the network
 /// namespace named as the host: what other launchers (MPICH's Hydra with
 /// `-bootstrap-exec`, Open MPI's `mpirun` with `--mca plm_rsh_agent`) use to start
-/// their daemons on [`Hosts`].
+/// their daemons on [`Hosts`]. With `NETNS_SSH_OWN_TMPDIR=1` in its environment each
+/// host gets a `TMPDIR` of its own next to the script, as a real host has its own
+/// `/tmp`: Open MPI's daemons, started at once with one hostname, otherwise create
+/// the same session directory under `/tmp`, and one of them now and then fails with
+/// "File exists" (a CI run of `rsmpi-bench latency --across-hosts --compare`).
+/// Without it every host shares this machine's `/tmp`, which some tests rely on.
 const SSH_AGENT: &str = "#!/bin/sh\n\
 # ssh stand-in: the host is a network namespace of this machine\n\
 while [ \"${1#-}\" != \"$1\" ]; do shift; done\n\
 h=$1; shift\n\
+if [ -n \"${NETNS_SSH_OWN_TMPDIR:-}\" ]; then\n\
+    TMPDIR=\"$(dirname \"$0\")/tmp.$h\"; mkdir -p \"$TMPDIR\"; export TMPDIR\n\
+fi\n\
 exec ip netns exec \"$h\" sh -c \"$*\"\n";
 
 /// Writes the `ssh` stand-in as `dir/netns-ssh` (mode 0755) and returns its path.
