@@ -108,11 +108,12 @@ fn trace_is_complete_paired_and_converts_to_perfetto_json() {
     let mut starts = HashMap::new();
     let mut ends = HashMap::new();
     let mut depth: HashMap<u64, i64> = HashMap::new();
+    let ts = |e: &serde_json::Value| e["ts"].as_f64().expect("ts");
     for e in evs {
         let pid = e["pid"].as_u64().expect("pid");
         match e["ph"].as_str().expect("ph") {
-            "s" => assert!(starts.insert(e["id"].as_u64().unwrap(), pid).is_none()),
-            "f" => assert!(ends.insert(e["id"].as_u64().unwrap(), pid).is_none()),
+            "s" => assert!(starts.insert(e["id"].as_u64().unwrap(), ts(e)).is_none()),
+            "f" => assert!(ends.insert(e["id"].as_u64().unwrap(), ts(e)).is_none()),
             "B" => *depth.entry(pid).or_default() += 1,
             "E" => {
                 let d = depth.entry(pid).or_default();
@@ -127,6 +128,15 @@ fn trace_is_complete_paired_and_converts_to_perfetto_json() {
     assert_eq!(starts.len() as u64, s.flows);
     assert_eq!(s.flows, s.sends);
     assert!(starts.keys().all(|id| ends.contains_key(id)));
+    // no arrow points back in time: a receive whose rank's clock offset put it before
+    // its send was moved to the send (`chrome::timelines`)
+    for (id, sent) in &starts {
+        assert!(
+            ends[id] >= *sent,
+            "message {id} received at {} before it was sent at {sent}",
+            ends[id]
+        );
+    }
     assert!(s.epochs >= 3 && s.paused_ns > 0);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -21,9 +21,7 @@ fn main() -> ExitCode {
     };
     let mut say = |m: &str| eprintln!("rsmpi-trace: {m}");
     if check_only {
-        let traces = match format::read_dir(&dir, &mut |d, t| {
-            say(&format!("read {} of {} MiB", d >> 20, (t >> 20).max(1)))
-        }) {
+        let traces = match format::read_dir(&dir, &mut |d, t| say(&chrome::read_line(d, t))) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("rsmpi-trace: {e}");

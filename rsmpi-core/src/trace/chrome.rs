@@ -2,7 +2,7 @@
 //! (<https://ui.perfetto.dev>) and `chrome://tracing` open: one process per rank,
 //! a slice per MPI call (`B` / `E` events), an arrow per message (flow events `s` /
 //! `f` from the send to the completed receive), on rank 0's clock with the flush
-//! pauses taken out.
+//! pauses taken out and no receive before its send ([`timelines`]).
 //!
 //! ```no_run
 //! let mut out = std::io::BufWriter::new(std::fs::File::create("trace.json").unwrap());
@@ -36,6 +36,8 @@ pub struct Summary {
     pub epochs: u64,
     /// Nanoseconds of flush pauses taken out (on rank 0).
     pub paused_ns: u64,
+    /// Receives moved later to follow their sends ([`timelines`]).
+    pub moved: Moved,
 }
 
 /// The channel key of a message: (source, destination, context, tag, number).
@@ -63,20 +65,116 @@ pub fn timeline(t: &RankTrace) -> Vec<i64> {
     out
 }
 
+/// Receives that [`timelines`] moved later so that none ends before its send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Receives moved.
+    pub recvs: u64,
+    /// The largest move, in ns.
+    pub max_ns: u64,
+}
+
+/// The reconstructed times of every rank's records ([`timeline`]), with the clock
+/// condition enforced: no receive ends before its send, on the common clock.
+///
+/// Each rank's offset to rank 0's clock is measured with an error (`Clock` records,
+/// `docs/tools.md`), so a message's two ends, mapped separately, can come out in the
+/// wrong order: an arrow pointing back in time. Here a receive found before its send
+/// is moved to the send's time, and the rest of its rank's records move with it, so
+/// each rank's order and the length of every call but the one holding the receive
+/// stay as they were. The move holds until the rank's next clock sample (its offset
+/// measured again); a send moved this way carries its receiver along. That is the
+/// forward half of the *controlled logical clock* of Rabenseifner's trace tools and
+/// Scalasca. Ranks are walked in an order that takes every send before its receive;
+/// a receive whose send is recorded after it on its own rank (a message to itself)
+/// is left where it is.
+pub fn timelines(traces: &[RankTrace]) -> (Vec<Vec<i64>>, Moved) {
+    let mut times: Vec<Vec<i64>> = traces.iter().map(timeline).collect();
+    let mut moved = Moved::default();
+    let mut unsent: HashMap<MsgKey, ()> = HashMap::new();
+    for t in traces {
+        for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
+            unsent.insert((t.rank, r.a, r.c, r.b, r.e), ());
+        }
+    }
+    let mut sent: HashMap<MsgKey, i64> = HashMap::new();
+    let n = traces.len();
+    let (mut at, mut delta, mut last) = (vec![0; n], vec![0i64; n], vec![i64::MIN; n]);
+    loop {
+        let mut stepped = false;
+        for (i, t) in traces.iter().enumerate() {
+            while let Some(r) = t.records.get(at[i]) {
+                let ts = times[i][at[i]];
+                if r.kind == Kind::Clock {
+                    delta[i] = 0;
+                }
+                let mut new = ts + delta[i];
+                if r.kind == Kind::Recv {
+                    let key = (r.a, t.rank, r.c, r.b, r.e);
+                    if r.a != t.rank && unsent.contains_key(&key) {
+                        // its send lies ahead on another rank's walk: come back then
+                        break;
+                    }
+                    match sent.remove(&key) {
+                        Some(at_send) if new < at_send => {
+                            moved.recvs += 1;
+                            moved.max_ns = moved.max_ns.max((at_send - new) as u64);
+                            delta[i] = at_send - ts;
+                            new = at_send;
+                        }
+                        _ => {}
+                    }
+                }
+                new = new.max(last[i]);
+                last[i] = new;
+                times[i][at[i]] = new;
+                if r.kind == Kind::Send {
+                    let key = (t.rank, r.a, r.c, r.b, r.e);
+                    unsent.remove(&key);
+                    sent.insert(key, new);
+                }
+                at[i] += 1;
+                stepped = true;
+            }
+        }
+        if (0..n).all(|i| at[i] == traces[i].records.len()) {
+            return (times, moved);
+        }
+        if !stepped {
+            // every rank waits for a send another rank records after its own wait: a
+            // cycle no real run makes; let the first waiting receive go where it is
+            let i = (0..n)
+                .find(|&i| at[i] < traces[i].records.len())
+                .unwrap_or(0);
+            let r = &traces[i].records[at[i]];
+            unsent.remove(&(r.a, traces[i].rank, r.c, r.b, r.e));
+        }
+    }
+}
+
 /// Converts the trace in `dir` to JSON on `out`; `progress` gets a line now and then.
 pub fn convert(
     dir: &Path,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(&str),
 ) -> io::Result<Summary> {
-    let traces = format::read_dir(dir, &mut |done, total| {
-        progress(&format!(
-            "read {} of {} MiB",
-            done >> 20,
-            (total >> 20).max(1)
-        ))
-    })?;
+    let traces = format::read_dir(dir, &mut |done, total| progress(&read_line(done, total)))?;
     write_json(&traces, out, progress)
+}
+
+/// The progress line for `done` of `total` bytes of a trace's files read: in MiB with
+/// one decimal, or in KiB for a trace under 1 MiB (which reads "21 of 63 KiB", not
+/// "0 of 1 MiB").
+pub fn read_line(done: u64, total: u64) -> String {
+    if total < 1 << 20 {
+        return format!(
+            "read {} of {} KiB",
+            done.div_ceil(1024),
+            total.div_ceil(1024)
+        );
+    }
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    format!("read {:.1} of {:.1} MiB", mib(done), mib(total))
 }
 
 /// Converts traces already read.
@@ -106,6 +204,8 @@ pub fn write_json(
         }
     }
     let total: u64 = traces.iter().map(|t| t.records.len() as u64).sum();
+    let (times, moved) = timelines(traces);
+    s.moved = moved;
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
     let mut first = true;
     let mut ev = |out: &mut dyn Write, line: String| -> io::Result<()> {
@@ -115,7 +215,7 @@ pub fn write_json(
         first = false;
         out.write_all(line.as_bytes())
     };
-    for t in traces {
+    for (t, times) in traces.iter().zip(&times) {
         let pid = t.rank;
         ev(
             out,
@@ -127,8 +227,7 @@ pub fn write_json(
             out,
             format!("{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{pid},\"args\":{{\"sort_index\":{pid}}}}}"),
         )?;
-        let times = timeline(t);
-        for (r, &ns) in t.records.iter().zip(&times) {
+        for (r, &ns) in t.records.iter().zip(times) {
             s.records += 1;
             if s.records.is_multiple_of(1 << 20) {
                 progress(&format!("converted {} of {} records", s.records, total));
@@ -202,6 +301,14 @@ pub fn write_json(
         "{} ranks, {} records, {} calls, {} messages sent, {} received, {} paired",
         s.ranks, s.records, s.calls, s.sends, s.recvs, s.flows
     ));
+    if s.moved.recvs > 0 {
+        progress(&format!(
+            "{} receives moved later, by at most {} us, so that none ends before its send \
+             (the error of the clock offsets)",
+            s.moved.recvs,
+            us(s.moved.max_ns as i64)
+        ));
+    }
     Ok(s)
 }
 
@@ -321,6 +428,14 @@ mod tests {
     }
 
     #[test]
+    fn progress_reads_in_kib_or_tenths_of_a_mib() {
+        assert_eq!(read_line(21 << 10, 63 << 10), "read 21 of 63 KiB");
+        assert_eq!(read_line(0, 100), "read 0 of 1 KiB");
+        assert_eq!(read_line(421 << 10, 1536 << 10), "read 0.4 of 1.5 MiB");
+        assert_eq!(read_line(3 << 20, 150 << 20), "read 3.0 of 150.0 MiB");
+    }
+
+    #[test]
     fn pauses_come_out_and_offsets_go_in() {
         let t = RankTrace {
             rank: 1,
@@ -336,6 +451,66 @@ mod tests {
             written: 6,
         };
         assert_eq!(timeline(&t), vec![100, 110, 120, 120, 120, 120]);
+    }
+
+    #[test]
+    fn no_receive_ends_before_its_send() {
+        let (send, recv) = (Op::Send as u8, Op::Recv as u8);
+        let rank = |rank, records: Vec<Record>| RankTrace {
+            rank,
+            size: 2,
+            written: records.len() as u64,
+            records,
+        };
+        let traces = vec![
+            rank(
+                0,
+                vec![
+                    // a message to itself, received before its send is recorded
+                    rec(50, Kind::Recv, 0, 0, 8, 0),
+                    rec(60, Kind::Send, 0, 0, 8, 0),
+                    rec(100, Kind::Send, 0, 1, 8, 0),
+                    // the answer: 2 ns after rank 1's send on its own clock, which
+                    // moves by 10 ns below; rank 0 is walked first and waits here
+                    rec(112, Kind::Recv, 0, 1, 8, 0),
+                    rec(115, Kind::Leave, recv, 0, 0, 0),
+                ],
+            ),
+            rank(
+                1,
+                vec![
+                    rec(80, Kind::Enter, recv, 0, 0, 0),
+                    // 10 ns before its send on the common clock
+                    rec(90, Kind::Recv, 0, 0, 8, 0),
+                    rec(95, Kind::Leave, recv, 0, 0, 0),
+                    rec(110, Kind::Send, 0, 0, 8, 0),
+                    rec(120, Kind::Enter, send, 0, 0, 0),
+                    // the offset measured again: the move ends, and the time holds
+                    // still rather than run back
+                    rec(125, Kind::Clock, 0, 0, 0, 0),
+                    rec(140, Kind::Leave, send, 0, 0, 0),
+                ],
+            ),
+        ];
+        let (times, moved) = timelines(&traces);
+        assert_eq!(times[0], vec![50, 60, 100, 120, 123]);
+        assert_eq!(times[1], vec![80, 100, 105, 120, 130, 130, 140]);
+        assert_eq!(
+            moved,
+            Moved {
+                recvs: 2,
+                max_ns: 10
+            }
+        );
+        // a trace already in order is left alone
+        let fine = vec![traces[1].clone()];
+        assert_eq!(timelines(&fine).0[0], timeline(&fine[0]));
+        // the JSON carries the moved times
+        let mut out = Vec::new();
+        let s = write_json(&traces, &mut out, &mut |_| {}).expect("convert");
+        assert_eq!(s.moved, moved);
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains(r#""ph":"f","bp":"e","id":1,"name":"message","cat":"message","pid":1,"tid":0,"ts":0.100"#));
     }
 
     #[test]
