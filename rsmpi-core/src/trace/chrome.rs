@@ -328,6 +328,9 @@ pub fn write_json(
         "{} ranks, {} records, {} calls, {} messages sent, {} received, {} paired",
         s.ranks, s.records, s.calls, s.sends, s.recvs, s.flows
     ));
+    for r in unfinished(traces) {
+        progress(&format!("warning: rank {r}: {UNFINISHED}"));
+    }
     if s.moved.recvs > 0 {
         progress(&format!(
             "{} receives moved later, by at most {} us, so that none ends before its send \
@@ -351,7 +354,11 @@ fn us(ns: i64) -> String {
 /// every receive pairs with one send of the same size; every rank records the same
 /// flush epochs with the same pause.
 pub fn check(traces: &[RankTrace]) -> Vec<String> {
-    let mut bad = Vec::new();
+    // first, as it explains much of what may follow
+    let mut bad: Vec<String> = unfinished(traces)
+        .into_iter()
+        .map(|r| format!("rank {r}: {UNFINISHED}"))
+        .collect();
     let mut sends: HashMap<MsgKey, u64> = HashMap::new();
     for t in traces {
         let mut stack = Vec::new();
@@ -383,7 +390,11 @@ pub fn check(traces: &[RankTrace]) -> Vec<String> {
                     "rank {}: receive of {} bytes paired with a send of {len}",
                     t.rank, r.d
                 )),
-                None => bad.push(format!("rank {}: receive {r:?} without a send", t.rank)),
+                None => bad.push(format!(
+                    "rank {}: a receive from rank {} (tag {}, context {}, {} bytes, number {} \
+                     on its channel) has no send in the trace",
+                    t.rank, r.a, r.b, r.c, r.d, r.e
+                )),
             }
         }
     }
@@ -428,6 +439,21 @@ pub fn unreceived(traces: &[RankTrace]) -> Vec<MsgKey> {
     let mut v: Vec<MsgKey> = sends.into_keys().collect();
     v.sort_unstable();
     v
+}
+
+/// What a trace without its `Finish` record means ([`unfinished`]).
+pub const UNFINISHED: &str = "the trace ends without its Finish record: the rank \
+    stopped before finalize (a crash, a kill) or its file was cut short, so its last \
+    events are missing";
+
+/// The ranks whose trace has no `Finish` record: each rank writes one at finalize, so
+/// a rank that died, or a file cut short, lacks it.
+pub fn unfinished(traces: &[RankTrace]) -> Vec<u32> {
+    traces
+        .iter()
+        .filter(|t| finish(t).is_none())
+        .map(|t| t.rank)
+        .collect()
 }
 
 /// The last record of a rank's trace, which says how much memory the buffer held at
@@ -575,8 +601,9 @@ mod tests {
                     rec(1, Kind::Enter, send, 0, 0, 0),
                     rec(2, Kind::Send, 0, 1, 8, 0),
                     rec(3, Kind::Leave, send, 0, 0, 0),
+                    rec(6, Kind::Finish, 0, 0, 4096, 4),
                 ],
-                written: 3,
+                written: 4,
             },
             RankTrace {
                 rank: 1,
@@ -585,8 +612,9 @@ mod tests {
                     rec(1, Kind::Enter, recv, 0, 0, 0),
                     rec(4, Kind::Recv, 0, 0, 8, 0),
                     rec(5, Kind::Leave, recv, 0, 0, 0),
+                    rec(6, Kind::Finish, 0, 0, 4096, 4),
                 ],
-                written: 3,
+                written: 4,
             },
         ];
         assert!(check(&traces).is_empty(), "{:?}", check(&traces));
@@ -601,7 +629,26 @@ mod tests {
         // a receive without its send is reported
         let mut broken = traces.clone();
         broken[0].records.remove(1);
-        assert_eq!(check(&broken).len(), 1);
+        assert_eq!(
+            check(&broken),
+            [
+                "rank 1: a receive from rank 0 (tag 5, context 0, 8 bytes, number 0 on its \
+              channel) has no send in the trace"
+            ]
+        );
         assert!(text.contains("\"ts\":0.004"));
+        // a rank that died before finalize: said first by the check, and as a warning
+        // by the conversion, which still converts
+        let mut died = traces.clone();
+        died[1].records.pop();
+        assert_eq!(unfinished(&died), [1]);
+        assert_eq!(check(&died), [format!("rank 1: {UNFINISHED}")]);
+        let mut said = Vec::new();
+        let s = write_json(&died, &mut Vec::new(), &mut |m| said.push(m.to_owned())).unwrap();
+        assert_eq!(s.flows, 1);
+        assert!(
+            said.contains(&format!("warning: rank 1: {UNFINISHED}")),
+            "{said:?}"
+        );
     }
 }

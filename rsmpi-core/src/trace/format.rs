@@ -269,7 +269,12 @@ pub fn read_dir(dir: &Path, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Ve
     let first = rank_file(dir, 0);
     let size = read_header(&first)?.1;
     let total: u64 = (0..size)
-        .map(|r| std::fs::metadata(rank_file(dir, r)).map(|m| m.len()))
+        .map(|r| {
+            let path = rank_file(dir, r);
+            std::fs::metadata(&path)
+                .map(|m| m.len())
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        })
         .sum::<io::Result<u64>>()?;
     let mut done = 0u64;
     let mut out = Vec::with_capacity(size as usize);
@@ -398,6 +403,20 @@ mod tests {
 
     /// A call's one record comes back as its enter, before the records made in the
     /// call (and the calls within it), and its leave after them.
+    /// A missing rank file (a rank that never started tracing) is named.
+    #[test]
+    fn a_missing_rank_file_is_named() {
+        let dir = std::env::temp_dir().join(format!("rsmpi-trace-missing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(rank_file(&dir, 0), header(0, 2)).unwrap();
+        let e = read_dir(&dir, &mut |_, _| {}).expect_err("rank 1 is missing");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("rank-1.rsmpitrace"), "{e}");
+        std::fs::write(rank_file(&dir, 1), header(1, 2)).unwrap();
+        assert_eq!(read_dir(&dir, &mut |_, _| {}).unwrap().len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn calls_come_back_as_enter_and_leave() {
         let r = |ts, kind, op, d| Record {
