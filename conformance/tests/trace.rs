@@ -37,6 +37,45 @@ fn traced(
     (dir, traces)
 }
 
+/// A job that dies (rank 1 calls `MPI_Abort` after 40 iterations, with no flush
+/// point in them) still leaves rank 1's events: it writes its buffer before it ends
+/// the job, without the record of finalize, so the reader knows it stopped early.
+#[test]
+fn an_aborting_rank_writes_its_last_events() {
+    let dir = conformance::scratch("trace-abort");
+    let d = dir.to_str().expect("utf-8 path");
+    // no barrier in the loop (every 1000): no flush before the abort
+    assert_eq!(
+        job(3, &["40", "1000", "big", "abort"], &[("RSMPI_TRACE", d)]),
+        7
+    );
+    let traces = format::read_dir(&dir, &mut |_, _| {}).expect("read the trace");
+    let t1 = traces.iter().find(|t| t.rank == 1).expect("rank 1's file");
+    // its 40 ring messages to rank 2, and their calls
+    let sends = t1
+        .records
+        .iter()
+        .filter(|r| r.kind == format::Kind::Send && r.a == 2 && r.b == 1 && r.c == 0)
+        .count();
+    assert_eq!(sends, 40);
+    assert_eq!(count(t1, format::Kind::Finish), 0);
+    assert!(chrome::unfinished(&traces).contains(&1));
+    assert!(chrome::check(&traces)[0].starts_with("rank "));
+    // it converts, and says which ranks stopped early
+    let mut said = Vec::new();
+    let s = chrome::write_json(&traces, &mut std::io::sink(), &mut |m| {
+        said.push(m.to_owned())
+    })
+    .expect("convert");
+    assert!(s.sends >= 40);
+    assert!(
+        said.iter()
+            .any(|m| m == &format!("warning: rank 1: {}", chrome::UNFINISHED)),
+        "{said:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn count(t: &format::RankTrace, k: format::Kind) -> usize {
     t.records.iter().filter(|r| r.kind == k).count()
 }

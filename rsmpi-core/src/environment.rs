@@ -332,7 +332,7 @@ impl Universe {
     /// Ends the whole job with `code` (`MPI_Abort`).
     pub fn abort(&self, code: i32) -> ! {
         progress::with(|s| {
-            s.boot.abort(
+            s.abort(
                 code,
                 &format!("rsmpi: rank {} called abort({code})", s.rank()),
             )
@@ -346,7 +346,7 @@ impl Drop for Universe {
             // a rank that panics ends the job: the others may be waiting for it
             progress::with(|s| {
                 let msg = format!("rsmpi: rank {} panicked; ending the job", s.rank());
-                s.boot.abort(101, &msg)
+                s.abort(101, &msg)
             });
         }
         // MPI_Finalize: finish outstanding traffic, then make sure no peer still

@@ -490,7 +490,17 @@ impl State {
     /// launcher, which tears down the other ranks.
     pub fn fatal(&mut self, call: &str, what: &dyn std::fmt::Display) -> ! {
         let msg = format!("rsmpi: rank {}: {call}: {what}", self.rank());
-        self.boot.abort(1, &msg)
+        self.abort(1, &msg)
+    }
+
+    /// Ends the whole job with `code` (`MPI_Abort`, a fatal error, a panic), after
+    /// writing the events the tracer holds (`RSMPI_TRACE`), so that a job that dies
+    /// leaves this rank's last events in its trace.
+    pub fn abort(&mut self, code: i32, msg: &str) -> ! {
+        if let Some(t) = self.tools.as_deref_mut().and_then(|t| t.trace.as_mut()) {
+            t.write_at_abort();
+        }
+        self.boot.abort(code, msg)
     }
 
     /// Polls the transport once and carries out everything the engine asks for.

@@ -200,7 +200,7 @@ pub trait Communicator {
     /// Ends the whole job with `errorcode` (`MPI_Abort`).
     fn abort(&self, errorcode: i32) -> ! {
         progress::with(|s| {
-            s.boot.abort(
+            s.abort(
                 errorcode,
                 &format!("rsmpi: rank {} called abort({errorcode})", s.rank()),
             )

@@ -9,7 +9,9 @@
 //! microseconds (a busy wait on the clock) at the start of every iteration, and
 //! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
 //! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
-//! tracing. Every payload is checked.
+//! tracing. With `abort`, rank 1 ends the job with `MPI_Abort` (code 7) after the
+//! loop, before the reduction (a job that dies: `tests/trace.rs`). Every payload is
+//! checked.
 #![forbid(unsafe_code)]
 
 use rsmpi::request;
@@ -21,6 +23,7 @@ fn main() {
     let every: u64 = args.get(1).and_then(|a| a.parse().ok()).expect("EVERY");
     let sync = args.iter().any(|a| a == "sync");
     let big = args.iter().any(|a| a == "big");
+    let abort = args.iter().any(|a| a == "abort");
     let opt = |k: &str| args.iter().find_map(|a| a.strip_prefix(k));
     let spin = std::time::Duration::from_micros(opt("spin=").map_or(0, |v| v.parse().expect("US")));
     let out = opt("out=");
@@ -77,6 +80,9 @@ fn main() {
         }
     }
     let took = start.elapsed().as_secs_f64();
+    if abort && me == 1 {
+        world.abort(7);
+    }
     let mut sum = 0u64;
     world.all_reduce_into(
         &(me as u64),

@@ -210,6 +210,13 @@ impl Tracer {
         PER_CHUNK.min((self.hard / RECORD).saturating_sub(self.chunks.len() * PER_CHUNK))
     }
 
+    /// The job ends here (an abort, a fatal error, a panic): writes what the buffer
+    /// holds, so that the trace keeps this rank's last events. No `Finish` record
+    /// follows, which tells the reader that the rank stopped early.
+    pub(crate) fn write_at_abort(&mut self) {
+        self.write();
+    }
+
     /// Writes every buffered event to the file and empties the buffer.
     fn write(&mut self) {
         self.peak = self.peak.max(self.buffered());
