@@ -15,7 +15,7 @@
 //! eprintln!("{} messages, {} paired", summary.sends, summary.flows);
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -42,6 +42,16 @@ pub struct Summary {
 
 /// The channel key of a message: (source, destination, context, tag, number).
 type MsgKey = (u32, u32, u32, i32, u64);
+
+/// The key of the message that `r`, a `Send` record of rank `rank`, sent.
+fn sent_key(rank: u32, r: &Record) -> MsgKey {
+    (rank, r.a, r.c, r.b, r.e)
+}
+
+/// The key of the message that `r`, a `Recv` record of rank `rank`, received.
+fn recv_key(rank: u32, r: &Record) -> MsgKey {
+    (r.a, rank, r.c, r.b, r.e)
+}
 
 /// A clock sample whose error bound is more than this many times the next sample's
 /// is replaced by the next one ([`timeline`]).
@@ -118,10 +128,10 @@ pub struct Moved {
 pub fn timelines(traces: &[RankTrace]) -> (Vec<Vec<i64>>, Moved) {
     let mut times: Vec<Vec<i64>> = traces.iter().map(timeline).collect();
     let mut moved = Moved::default();
-    let mut unsent: HashMap<MsgKey, ()> = HashMap::new();
+    let mut unsent: HashSet<MsgKey> = HashSet::new();
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
-            unsent.insert((t.rank, r.a, r.c, r.b, r.e), ());
+            unsent.insert(sent_key(t.rank, r));
         }
     }
     let mut sent: HashMap<MsgKey, i64> = HashMap::new();
@@ -141,8 +151,8 @@ pub fn timelines(traces: &[RankTrace]) -> (Vec<Vec<i64>>, Moved) {
                 }
                 let mut new = ts + delta[i];
                 if r.kind == Kind::Recv {
-                    let key = (r.a, t.rank, r.c, r.b, r.e);
-                    if r.a != t.rank && unsent.contains_key(&key) {
+                    let key = recv_key(t.rank, r);
+                    if r.a != t.rank && unsent.contains(&key) {
                         // its send lies ahead on another rank's walk: come back then
                         waiting.insert(key, i);
                         break;
@@ -161,7 +171,7 @@ pub fn timelines(traces: &[RankTrace]) -> (Vec<Vec<i64>>, Moved) {
                 last[i] = new;
                 times[i][at[i]] = new;
                 if r.kind == Kind::Send {
-                    let key = (t.rank, r.a, r.c, r.b, r.e);
+                    let key = sent_key(t.rank, r);
                     unsent.remove(&key);
                     sent.insert(key, new);
                     if let Some(j) = waiting.remove(&key) {
@@ -222,14 +232,14 @@ pub fn write_json(
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
             let id = ids.len() as u64;
-            ids.insert((t.rank, r.a, r.c, r.b, r.e), id);
+            ids.insert(sent_key(t.rank, r), id);
         }
     }
-    let mut received: HashMap<u64, ()> = HashMap::new();
+    let mut received: HashSet<u64> = HashSet::new();
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
-            if let Some(id) = ids.get(&(r.a, t.rank, r.c, r.b, r.e)) {
-                received.insert(*id, ());
+            if let Some(id) = ids.get(&recv_key(t.rank, r)) {
+                received.insert(*id);
             }
         }
     }
@@ -298,7 +308,7 @@ pub fn write_json(
                         format!("{{\"ph\":\"i\",\"s\":\"t\",\"name\":\"{what}\",\"cat\":\"message\",\"pid\":{pid},\"tid\":0,\"ts\":{ts},\"args\":{args}}}"),
                     )?;
                     match ids.get(&key) {
-                        Some(id) if received.contains_key(id) => {
+                        Some(id) if received.contains(id) => {
                             if send {
                                 format!("{{\"ph\":\"s\",\"id\":{id},\"name\":\"message\",\"cat\":\"message\",\"pid\":{pid},\"tid\":0,\"ts\":{ts}}}")
                             } else {
@@ -375,7 +385,7 @@ pub fn check(traces: &[RankTrace]) -> Vec<String> {
                         r.call()
                     ));
                 }
-                Kind::Send if sends.insert((t.rank, r.a, r.c, r.b, r.e), r.d).is_some() => {
+                Kind::Send if sends.insert(sent_key(t.rank, r), r.d).is_some() => {
                     bad.push(format!("rank {}: send {:?} recorded twice", t.rank, r));
                 }
                 _ => {}
@@ -387,7 +397,7 @@ pub fn check(traces: &[RankTrace]) -> Vec<String> {
     }
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
-            match sends.remove(&(r.a, t.rank, r.c, r.b, r.e)) {
+            match sends.remove(&recv_key(t.rank, r)) {
                 Some(len) if len == r.d => {}
                 Some(len) => bad.push(format!(
                     "rank {}: receive of {} bytes paired with a send of {len}",
@@ -428,18 +438,18 @@ pub fn check(traces: &[RankTrace]) -> Vec<String> {
 
 /// Sends no receive paired with, as (source, destination, context, tag, number).
 pub fn unreceived(traces: &[RankTrace]) -> Vec<MsgKey> {
-    let mut sends: HashMap<MsgKey, ()> = HashMap::new();
+    let mut sends: HashSet<MsgKey> = HashSet::new();
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Send) {
-            sends.insert((t.rank, r.a, r.c, r.b, r.e), ());
+            sends.insert(sent_key(t.rank, r));
         }
     }
     for t in traces {
         for r in t.records.iter().filter(|r| r.kind == Kind::Recv) {
-            sends.remove(&(r.a, t.rank, r.c, r.b, r.e));
+            sends.remove(&recv_key(t.rank, r));
         }
     }
-    let mut v: Vec<MsgKey> = sends.into_keys().collect();
+    let mut v: Vec<MsgKey> = sends.into_iter().collect();
     v.sort_unstable();
     v
 }
