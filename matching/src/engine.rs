@@ -229,6 +229,35 @@ enum Queued {
     },
 }
 
+/// The advertisements to one peer since a pause was ended by a receive posted ahead
+/// ([`Engine::resume`]) or ran out, and how many of them were written into and
+/// wasted so far (rule 15). A resume bets that the advertisements will arrive before
+/// the peer sends; its phase settles the bet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Phase {
+    /// The number (`k`) of the phase's first advertisement.
+    from: u64,
+    resumed: bool,
+    written: u32,
+    wasted: u32,
+}
+
+impl Phase {
+    /// A phase that wasted more than this many advertisements per direct write lost
+    /// its bet: in a message-rate window the receiver posts ahead of the sends, but
+    /// the sender has sent them before the advertisements arrive, so only the first
+    /// few of a window are written into (`docs/performance.md`, "Windows that post
+    /// ahead of their sends").
+    const WASTED_PER_WRITE: u32 = 2;
+
+    /// Whether the phase shows that advertising pays (`Some(true)`), that it does not
+    /// (`Some(false)`), or nothing yet (`None`).
+    fn verdict(&self) -> Option<bool> {
+        (self.written > 0 || self.wasted > 0)
+            .then(|| self.wasted <= Self::WASTED_PER_WRITE.saturating_mul(self.written))
+    }
+}
+
 /// State shared with one peer (both directions).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct Peer {
@@ -254,10 +283,41 @@ struct Peer {
     pause_len: u32,
     /// The last receive left unadvertised by a pause (it may have completed since).
     paused_recv: Option<(RecvId, RemoteBuf)>,
+    /// The current advertising phase ([`Phase`]), begun by a resume or by the end of
+    /// a pause.
+    phase: Phase,
+    /// A phase begun by a resume wasted more than [`Phase::WASTED_PER_WRITE`]
+    /// advertisements per direct write: posting ahead ends no pause until a phase
+    /// shows advertisements written into again.
+    distrust: bool,
     // flow control
     credits: u32,
     owed: u32,
     outbox: VecDeque<Queued>,
+}
+
+impl Peer {
+    /// Settles the current phase as far as its outcomes tell: a resume's phase that
+    /// lost its bet distrusts posting ahead; any phase that shows advertising paying
+    /// trusts it again.
+    fn judge(&mut self) {
+        match self.phase.verdict() {
+            Some(false) if self.phase.resumed => self.distrust = true,
+            Some(true) => self.distrust = false,
+            _ => {}
+        }
+    }
+
+    /// Judges the current phase and begins the next with the next advertisement.
+    fn new_phase(&mut self, resumed: bool) {
+        self.judge();
+        self.phase = Phase {
+            from: self.recvreq_sent + 1,
+            resumed,
+            written: 0,
+            wasted: 0,
+        };
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -853,6 +913,7 @@ impl Engine {
         if p.pause_left == 0 {
             // on probation: one more wasted advertisement starts a longer pause
             p.wasted_run = self.cfg.adapt_after.saturating_sub(1);
+            p.new_phase(false);
         }
         self.stats.paused += 1;
         true
@@ -862,7 +923,8 @@ impl Engine {
     /// pending: the receiver is posting ahead of the sender, so advertisements can
     /// arrive in time again. Ends the pause, and advertises that paused receive now if
     /// it is the only blocker of its context (rule 15: it is then exactly a held
-    /// receive being released, rule 3).
+    /// receive being released, rule 3) — unless an earlier resume from this peer lost
+    /// its bet ([`Phase`]).
     fn resume(&mut self, peer: Rank) {
         let Some((r, buf)) = self.peers[peer as usize].paused_recv.take() else {
             return;
@@ -871,6 +933,11 @@ impl Engine {
             return;
         }
         let p = &mut self.peers[peer as usize];
+        p.judge();
+        if p.distrust {
+            return;
+        }
+        p.new_phase(true);
         p.pause_left = 0;
         p.wasted_run = 0;
         p.pause_len = self.cfg.adapt_pause;
@@ -892,11 +959,18 @@ impl Engine {
 
     /// An advertised receive from `peer` was matched by a send request (`wasted`) or
     /// written directly.
-    fn advertisement_outcome(&mut self, peer: Rank, wasted: bool) {
+    fn advertisement_outcome(&mut self, peer: Rank, k: u64, wasted: bool) {
         let (after, base) = (self.cfg.adapt_after, self.cfg.adapt_pause);
         let p = &mut self.peers[peer as usize];
         if after == 0 {
             return;
+        }
+        if k >= p.phase.from {
+            let n = match wasted {
+                true => &mut p.phase.wasted,
+                false => &mut p.phase.written,
+            };
+            *n = n.saturating_add(1);
         }
         if !wasted {
             p.wasted_run = 0;
@@ -1624,7 +1698,7 @@ impl Engine {
                 if len > st.cap || len != msg_len.min(st.cap) {
                     return Err(violation("direct write longer than the advertised buffer"));
                 }
-                self.advertisement_outcome(from, false);
+                self.advertisement_outcome(from, k, false);
                 let truncated_from = (msg_len > len).then_some(msg_len);
                 if matches!(frame.msg, Ctrl::WrittenInline { .. }) {
                     deliver = Some(Deliver {
@@ -1770,7 +1844,7 @@ impl Engine {
             };
             if let Some(k) = st.adv {
                 self.forget_advertised(st.source, k);
-                self.advertisement_outcome(from, true);
+                self.advertisement_outcome(from, k, true);
             }
             let (dlen, outcome) = Self::outcome_in(st.cap, from, tag, len);
             if (flags.sync || flags.ready) && body == Body::Eager {

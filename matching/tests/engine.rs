@@ -943,6 +943,146 @@ fn crossing_only_consumes_matching_advertisements() {
     w.assert_received(1, r2, 0, s2, 2);
 }
 
+// ------------------------------------------------------- adaptive advertising
+
+/// Rank 1 posts a window of `n` receives from rank 0 (tag 5, `cap` bytes), rank 0
+/// sends `n` messages having seen only the first `seen` frames rank 1 sent it (the
+/// message-rate benchmark's windows: the first sends may find their advertisements,
+/// the others leave before theirs arrive), then everything is delivered; every message
+/// is checked.
+fn crossing_window(w: &mut World, n: usize, cap: u64) {
+    window_seen(w, n, cap, 0)
+}
+
+fn window_seen(w: &mut World, n: usize, cap: u64, seen: usize) {
+    let recvs: Vec<RecvId> = (0..n).map(|_| w.post(1, R0, t(5), cap)).collect();
+    for _ in 0..seen {
+        w.deliver(1, 0);
+    }
+    let sends: Vec<SendId> = (0..n).map(|_| w.send(0, 1, 5, cap, STD)).collect();
+    w.run();
+    for (r, s) in recvs.into_iter().zip(sends) {
+        w.assert_received(1, r, 0, s, 5);
+    }
+}
+
+#[test]
+fn windows_whose_sends_cross_their_advertisements_stop_advertising() {
+    // a window posts ahead of its sends, but they leave before the advertisements
+    // arrive: the pause that posting ahead ended is soon back, and posting ahead is
+    // then no sign that advertisements arrive in time, so it ends no pause until a
+    // direct write shows they do
+    let mut w = World::two(cfg(|_| {}));
+    for _ in 0..4 {
+        crossing_window(&mut w, 8, 128);
+    }
+    let before = w.stats(1).advertised;
+    for _ in 0..60 {
+        crossing_window(&mut w, 8, 128);
+    }
+    let advertised = w.stats(1).advertised - before;
+    assert!(
+        advertised <= 8,
+        "{advertised} of 480 receives advertised, all of them wasted"
+    );
+    assert_eq!(w.stats(0).direct_writes, 0);
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+
+    // the first quarter of each window written into: still not worth advertising
+    let mut w = World::two(cfg(|_| {}));
+    for _ in 0..4 {
+        window_seen(&mut w, 16, 128, 4);
+    }
+    let (before, direct) = (w.stats(1).advertised, w.stats(0).direct_writes);
+    assert!(direct > 0);
+    for _ in 0..60 {
+        window_seen(&mut w, 16, 128, 4);
+    }
+    let advertised = w.stats(1).advertised - before;
+    assert!(
+        advertised <= 64,
+        "{advertised} of 960 receives advertised, {} written into",
+        w.stats(0).direct_writes - direct
+    );
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+
+    // half of each window written into: advertising pays and goes on
+    let mut w = World::two(cfg(|_| {}));
+    for _ in 0..64 {
+        window_seen(&mut w, 16, 128, 8);
+    }
+    assert_eq!(w.stats(1).advertised, 1024);
+    assert_eq!(w.stats(0).direct_writes, 512);
+}
+
+/// One round of a pre-posted ping-pong seen from rank 1: the receive for the next
+/// message is posted before rank 0 sends the current one, and every advertisement is
+/// delivered before that send. Returns the receive posted.
+fn posted_ahead(w: &mut World, current: RecvId) -> RecvId {
+    let next = w.post(1, R0, t(5), 128);
+    w.run();
+    let s = w.send(0, 1, 5, 128, STD);
+    w.run();
+    w.assert_received(1, current, 0, s, 5);
+    next
+}
+
+#[test]
+fn posting_ahead_ends_a_pause_unless_it_failed_to_before() {
+    let mut w = World::two(cfg(|_| {}));
+    // a plain ping-pong: each advertisement crosses its message; four in a row pause
+    for _ in 0..4 {
+        crossing_window(&mut w, 1, 128);
+    }
+    let adv = w.stats(1).advertised;
+    let mut r = w.post(1, R0, t(5), 128);
+    assert_eq!(w.stats(1).advertised, adv, "paused after four wasted");
+    // a receive posted while that one is pending ends the pause: both advertised,
+    // both written directly
+    for _ in 0..20 {
+        r = posted_ahead(&mut w, r);
+    }
+    assert_eq!(w.stats(1).advertised, adv + 21);
+    assert_eq!(w.stats(0).direct_writes, 20);
+
+    // windows whose sends cross: the pause that posting ahead ends comes back, and
+    // posting ahead stops ending pauses
+    let s = w.send(0, 1, 5, 128, STD);
+    w.run();
+    w.assert_received(1, r, 0, s, 5);
+    for _ in 0..4 {
+        crossing_window(&mut w, 8, 128);
+    }
+    let (adv, direct) = (w.stats(1).advertised, w.stats(0).direct_writes);
+    let mut r = w.post(1, R0, t(5), 128);
+    r = posted_ahead(&mut w, r);
+    assert_eq!(
+        w.stats(1).advertised,
+        adv,
+        "posting ahead ends no pause now"
+    );
+    // until the pause runs out and the next advertisement is written into: then
+    // posting ahead is trusted again
+    let mut rounds = 1;
+    while w.stats(0).direct_writes == direct {
+        r = posted_ahead(&mut w, r);
+        rounds += 1;
+        assert!(rounds <= 64 * 64, "no advertisement after {rounds} rounds");
+    }
+    for _ in 0..20 {
+        r = posted_ahead(&mut w, r);
+    }
+    assert_eq!(
+        w.stats(0).direct_writes,
+        direct + 21,
+        "{rounds} rounds paused"
+    );
+    let s = w.send(0, 1, 5, 128, STD);
+    w.run();
+    w.assert_received(1, r, 0, s, 5);
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+}
+
 // ------------------------------------------------------------------ ANY_SOURCE
 
 #[test]
