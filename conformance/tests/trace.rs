@@ -59,7 +59,32 @@ fn an_aborting_rank_writes_its_last_events() {
         .count();
     assert_eq!(sends, 40);
     assert_eq!(count(t1, format::Kind::Finish), 0);
-    assert!(chrome::unfinished(&traces).contains(&1));
+    // the ranks the launcher then stopped (SIGTERM) wrote theirs too, ending in the
+    // call each was waiting in: rank 2 in a receive from rank 1, rank 0 in the
+    // reduction
+    for (r, op) in [(0, format::Op::Allreduce), (2, format::Op::Recv)] {
+        let t = traces.iter().find(|t| t.rank == r).expect("rank file");
+        let sends = t
+            .records
+            .iter()
+            .filter(|x| x.kind == format::Kind::Send && x.b == 1 && x.c == 0)
+            .count();
+        assert_eq!(sends, 40, "rank {r}'s ring messages");
+        assert_eq!(count(t, format::Kind::Finish), 0);
+        let last = t
+            .records
+            .iter()
+            .rev()
+            .find(|x| matches!(x.kind, format::Kind::Enter | format::Kind::Leave))
+            .expect("calls");
+        assert_eq!(
+            (last.kind, last.op),
+            (format::Kind::Enter, op as u8),
+            "rank {r} stopped in {}",
+            op.name()
+        );
+    }
+    assert_eq!(chrome::unfinished(&traces), [0, 1, 2]);
     assert!(chrome::check(&traces)[0].starts_with("rank "));
     // it converts, and says which ranks stopped early
     let mut said = Vec::new();
@@ -73,6 +98,56 @@ fn an_aborting_rank_writes_its_last_events() {
             .any(|m| m == &format!("warning: rank 1: {}", chrome::UNFINISHED)),
         "{said:?}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A job that hangs (every rank waits for a message never sent, after 40 iterations
+/// with no flush point) until its time limit: the launcher stops every rank with
+/// SIGTERM, and each writes its events first, ending in the receive it waits in.
+#[test]
+fn ranks_stopped_by_the_time_limit_write_their_last_events() {
+    let dir = conformance::scratch("trace-hang");
+    let d = dir.to_str().expect("utf-8 path");
+    let j = conformance::tool_job(
+        Path::new(EXE),
+        3,
+        &["40", "1000", "big", "hang"],
+        &[("RSMPI_TRACE", d)],
+        3,
+    );
+    assert_eq!(launcher::run(&j).expect("launch"), launcher::TIMEOUT_STATUS);
+    let traces = format::read_dir(&dir, &mut |_, _| {}).expect("read the trace");
+    assert_eq!(traces.len(), 3);
+    for t in &traces {
+        let sends = t
+            .records
+            .iter()
+            .filter(|x| x.kind == format::Kind::Send && x.b == 1 && x.c == 0)
+            .count();
+        assert_eq!(sends, 40, "rank {}'s ring messages", t.rank);
+        let last = t
+            .records
+            .iter()
+            .rev()
+            .find(|x| matches!(x.kind, format::Kind::Enter | format::Kind::Leave))
+            .expect("calls");
+        assert_eq!(
+            (last.kind, last.op),
+            (format::Kind::Enter, format::Op::Recv as u8),
+            "rank {} stopped in its receive",
+            t.rank
+        );
+    }
+    assert_eq!(chrome::unfinished(&traces), [0, 1, 2]);
+    let said = chrome::check(&traces);
+    for r in 0..3 {
+        assert!(
+            said.contains(&format!("rank {r}: never left MPI_Recv")),
+            "{said:?}"
+        );
+    }
+    // every ring message is paired across the ranks: nothing was lost
+    assert!(chrome::unreceived(&traces).is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
 

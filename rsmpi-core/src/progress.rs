@@ -499,6 +499,8 @@ impl State {
     pub fn abort(&mut self, code: i32, msg: &str) -> ! {
         if let Some(t) = self.tools.as_deref_mut().and_then(|t| t.trace.as_mut()) {
             t.write_at_abort();
+            // written: the launcher's signal may end this rank at once again
+            crate::trace::signal::release();
         }
         self.boot.abort(code, msg)
     }
@@ -1093,6 +1095,10 @@ impl Backoff {
 
     /// Called after a poll that found nothing to do.
     pub fn idle(&mut self) {
+        if !cfg!(rsmpi_tools_out) && crate::trace::signal::came() {
+            // a traced rank asked to stop writes its events first (`trace/signal.rs`)
+            crate::trace::signal::stop();
+        }
         if crate::tools::checking() {
             // a peer may be waiting for the notes this rank holds back
             crate::check::idle();

@@ -549,7 +549,7 @@ pub(crate) fn watched<R>(
 /// reading of its start time and its one record, and nothing else.
 #[inline(always)]
 fn traced<R>(op: Op, f: impl FnOnce() -> R) -> R {
-    let t0 = crate::trace::enter();
+    let t0 = crate::trace::enter(op);
     let r = f();
     crate::trace::leave(op, t0);
     r

@@ -1,4 +1,4 @@
-//! `traced ITERS EVERY [sync] [big] [spin=US] [out=FILE]`: a program for the tracer's tests
+//! `traced ITERS EVERY [sync] [big] [abort|hang] [spin=US] [out=FILE]`: a program for the tracer's tests
 //! (`tests/trace.rs`), run under `RSMPI_TRACE`. Every iteration shifts a value around
 //! the ring with `sendrecv`; every 8th also sends a 64 KiB message (rendezvous
 //! above the eager limit) to the right and receives one from any source with
@@ -10,8 +10,11 @@
 //! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
 //! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
 //! tracing. With `abort`, rank 1 ends the job with `MPI_Abort` (code 7) after the
-//! loop, before the reduction (a job that dies: `tests/trace.rs`). Every payload is
-//! checked.
+//! loop, before the reduction, while rank 2 waits in a receive from rank 1 and the
+//! others in the reduction, until the launcher stops them (a job that dies:
+//! `tests/trace.rs`). With `hang`, every rank then waits for a message from its left
+//! neighbour that never comes (a job that hangs until its time limit). Every payload
+//! is checked.
 #![forbid(unsafe_code)]
 
 use rsmpi::request;
@@ -24,6 +27,7 @@ fn main() {
     let sync = args.iter().any(|a| a == "sync");
     let big = args.iter().any(|a| a == "big");
     let abort = args.iter().any(|a| a == "abort");
+    let hang = args.iter().any(|a| a == "hang");
     let opt = |k: &str| args.iter().find_map(|a| a.strip_prefix(k));
     let spin = std::time::Duration::from_micros(opt("spin=").map_or(0, |v| v.parse().expect("US")));
     let out = opt("out=");
@@ -82,6 +86,10 @@ fn main() {
     let took = start.elapsed().as_secs_f64();
     if abort && me == 1 {
         world.abort(7);
+    }
+    if abort && me == 2 || hang {
+        // a message that is never sent
+        let _: (u64, _) = left.receive_with_tag(4);
     }
     let mut sum = 0u64;
     world.all_reduce_into(

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::path::Path;
 
-use super::format::{self, Kind, RankTrace, Record};
+use super::format::{self, Kind, Op, RankTrace, Record};
 
 /// What a conversion found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -392,7 +392,12 @@ pub fn check(traces: &[RankTrace]) -> Vec<String> {
             }
         }
         if !stack.is_empty() {
-            bad.push(format!("rank {}: {} calls never left", t.rank, stack.len()));
+            // outermost first: a rank stopped in a call (a hang) names where it waited
+            let names: Vec<&str> = stack
+                .iter()
+                .map(|op| Op::from_u8(*op).map_or("an unknown call", Op::name))
+                .collect();
+            bad.push(format!("rank {}: never left {}", t.rank, names.join(" > ")));
         }
     }
     for t in traces {
@@ -456,8 +461,8 @@ pub fn unreceived(traces: &[RankTrace]) -> Vec<MsgKey> {
 
 /// What a trace without its `Finish` record means ([`unfinished`]).
 pub const UNFINISHED: &str = "the trace ends without its Finish record: the rank \
-    stopped before finalize (a crash, a kill) or its file was cut short, so its last \
-    events are missing";
+    stopped before finalize (an abort, a time limit, a kill; its last call, if any, \
+    never left) or its file was cut short; a rank killed outright lacks its last events";
 
 /// The ranks whose trace has no `Finish` record: each rank writes one at finalize, so
 /// a rank that died, or a file cut short, lacks it.
@@ -478,7 +483,6 @@ pub fn finish(t: &RankTrace) -> Option<&Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::format::Op;
 
     fn rec(ts: u64, kind: Kind, op: u8, a: u32, d: u64, e: u64) -> Record {
         Record {

@@ -61,9 +61,14 @@ pub enum Kind {
     /// `e` = the number of records written.
     Finish = 9,
     /// The MPI call `op`, whole: entered at `ts`, left at `d` (version 3). Only in
-    /// the file: [`read_dir`] turns it into an `Enter` and a `Leave`.
+    /// the file: [`read_dir`] turns it into an `Enter` and a `Leave`. With `e` =
+    /// [`OPEN`] the call never returned: the rank was stopped in it at `d` (an abort,
+    /// a signal), and only its `Enter` is given back.
     Call = 10,
 }
+
+/// `e` of a [`Kind::Call`] record whose call the rank was stopped in.
+pub const OPEN: u64 = 1;
 
 impl Kind {
     fn from_u8(k: u8) -> Option<Kind> {
@@ -356,6 +361,9 @@ fn push_expanded(records: &mut Vec<Record>, rec: Record) {
         e: 0,
     };
     records.insert(at, enter);
+    if rec.e == OPEN {
+        return;
+    }
     records.push(Record {
         ts: rec.d,
         kind: Kind::Leave,
@@ -472,6 +480,24 @@ mod tests {
         assert_eq!(got[2].op, send);
         assert_eq!((got[8].op, got[13].op), (wait, wait));
         assert_eq!((got[9].op, got[11].op), (Op::Test as u8, Op::Test as u8));
+
+        // a call the rank was stopped in comes back as its enter alone, before the
+        // records made in it
+        let mut got = Vec::new();
+        for rec in [
+            r(50, Kind::Send, 0, 8),
+            Record {
+                e: OPEN,
+                ..r(50, Kind::Call, Op::Sendrecv as u8, 60)
+            },
+        ] {
+            push_expanded(&mut got, rec);
+        }
+        let seen: Vec<_> = got.iter().map(|r| (r.ts, r.kind, r.op)).collect();
+        assert_eq!(
+            seen,
+            [(50, Kind::Enter, Op::Sendrecv as u8), (50, Kind::Send, 0)]
+        );
     }
 
     #[test]

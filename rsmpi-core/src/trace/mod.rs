@@ -35,6 +35,7 @@
 
 pub mod chrome;
 pub mod format;
+pub(crate) mod signal;
 
 use std::cell::Cell;
 use std::io::Write;
@@ -210,10 +211,13 @@ impl Tracer {
         PER_CHUNK.min((self.hard / RECORD).saturating_sub(self.chunks.len() * PER_CHUNK))
     }
 
-    /// The job ends here (an abort, a fatal error, a panic): writes what the buffer
-    /// holds, so that the trace keeps this rank's last events. No `Finish` record
-    /// follows, which tells the reader that the rank stopped early.
+    /// The job ends here (an abort, a fatal error, a panic, a stop signal): writes
+    /// what the buffer holds, and the call the rank is in, so that the trace keeps
+    /// this rank's last events. No `Finish` record follows, which tells the reader
+    /// that the rank stopped early.
     pub(crate) fn write_at_abort(&mut self) {
+        // the stage is taken by the write whether or not this filled it
+        STAGE.with(Stage::open_call);
         self.write();
     }
 
@@ -394,6 +398,9 @@ struct Stage {
     last_ts: Cell<u64>,
     after_enter: Cell<bool>,
     unstamped: Cell<usize>,
+    /// The call begun by [`Self::enter`] and not ended yet: its op and (raw) start,
+    /// 0 if none. A rank stopped in it records it ([`Self::open_call`]).
+    open: Cell<(u8, u64)>,
 }
 
 impl Stage {
@@ -407,6 +414,7 @@ impl Stage {
             last_ts: Cell::new(0),
             after_enter: Cell::new(false),
             unstamped: Cell::new(0),
+            open: Cell::new((0, 0)),
         }
     }
 
@@ -426,6 +434,7 @@ impl Stage {
         self.last_ts.set(0);
         self.after_enter.set(false);
         self.unstamped.set(0);
+        self.open.set((0, 0));
     }
 
     /// Appends a record of the time now, if recording; says whether the stage is full
@@ -454,17 +463,40 @@ impl Stage {
         full
     }
 
-    /// The start of a call that will be recorded whole ([`Self::call`]): its (raw)
-    /// time, 0 while not recording.
+    /// The start of a call `op` that will be recorded whole ([`Self::call`]): its
+    /// (raw) time, 0 while not recording.
     #[inline(always)]
-    fn enter(&self) -> u64 {
+    fn enter(&self, op: u8) -> u64 {
         if !self.recording.get() {
             return 0;
         }
         let ts = self.now();
         self.mark(ts);
         self.after_enter.set(true);
+        self.open.set((op, ts));
         ts
+    }
+
+    /// The rank stops (a signal, an abort) in the call begun by [`Self::enter`], if
+    /// one is open: its [`Kind::Call`] record, marked [`format::OPEN`], with the time
+    /// now as `d`. Says whether the stage is full.
+    fn open_call(&self) -> bool {
+        let (op, t0) = self.open.replace((0, 0));
+        if !self.recording.get() || t0 == 0 {
+            return false;
+        }
+        let now = self.now();
+        self.mark(now);
+        self.append(Record {
+            ts: t0,
+            kind: Kind::Call,
+            op,
+            a: 0,
+            b: 0,
+            c: 0,
+            d: now,
+            e: format::OPEN,
+        })
     }
 
     /// The end of a call `op` begun at (raw) time `t0` by [`Self::enter`]: one
@@ -480,6 +512,7 @@ impl Stage {
         let now = self.now();
         self.mark(now);
         self.after_enter.set(false);
+        self.open.set((0, 0));
         self.append(Record {
             ts: t0,
             kind: Kind::Call,
@@ -664,6 +697,7 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
     };
     STAGE.with(|s| s.reset(Some(clock), STAGE_LEN.min(hard / RECORD)));
     tools::with(|s| s.trace = Some(t));
+    signal::catch();
     // epoch 0: the clocks as the run starts
     let (offset, err) = tools::own_traffic(|| clocks(&tool));
     with_tracer(|t| {
@@ -698,6 +732,7 @@ pub(crate) fn finish() {
             STAGE.with(|s| s.reset(None, STAGE_LEN));
         }
     });
+    signal::release();
 }
 
 /// An MPI call begins (the tracer alone is on): its time, to hand to [`leave`] (0
@@ -708,8 +743,8 @@ pub(crate) fn finish() {
 /// (`docs/performance.md`, "Tools on, thirteenth round"). A send made in the call
 /// shares this time.
 #[inline(always)]
-pub(crate) fn enter() -> u64 {
-    STAGE.with(Stage::enter)
+pub(crate) fn enter(op: Op) -> u64 {
+    STAGE.with(|s| s.enter(op as u8))
 }
 
 /// The MPI call `op`, entered at (raw) time `t0`, ends (the tracer alone is on):
@@ -958,11 +993,11 @@ mod tests {
     fn calls_are_one_record() {
         let s = Stage::new();
         s.reset(Some(clock()), STAGE_LEN);
-        assert_eq!(s.enter(), 0, "not recording");
+        assert_eq!(s.enter(Op::Send as u8), 0, "not recording");
         assert!(!s.call(Op::Send as u8, 0));
         assert_eq!(s.len.get(), 0);
         s.recording.set(true);
-        let t0 = s.enter();
+        let t0 = s.enter(Op::Sendrecv as u8);
         assert!(t0 > 0);
         assert!(!s.push(Kind::Send, 0, 3, 7, 0, 8, 0));
         assert!(!s.push(Kind::Recv, 0, 3, 7, 0, 8, 0));
@@ -976,16 +1011,49 @@ mod tests {
         assert_eq!((r[2].op, s.unstamped.get()), (Op::Sendrecv as u8, 0));
         // begun while not recording: no record for it
         s.recording.set(false);
-        let t = s.enter();
+        let t = s.enter(Op::Wait as u8);
         s.recording.set(true);
         assert!(!s.call(Op::Wait as u8, t));
         assert_eq!(s.len.get(), 3);
         // the stage says when a call's record fills it
         s.reset(Some(clock()), 2);
         s.recording.set(true);
-        let t = s.enter();
+        let t = s.enter(Op::Irecv as u8);
         assert!(!s.call(Op::Irecv as u8, t));
-        let t = s.enter();
+        let t = s.enter(Op::Irecv as u8);
         assert!(s.call(Op::Irecv as u8, t), "full at its room");
+    }
+
+    /// A rank stopped in a call (a signal, an abort) records that call, marked open,
+    /// ending when it was stopped; a call that ended leaves nothing open.
+    #[test]
+    fn a_call_a_rank_is_stopped_in_is_recorded_open() {
+        let s = Stage::new();
+        s.reset(Some(clock()), STAGE_LEN);
+        s.recording.set(true);
+        assert!(!s.open_call());
+        assert_eq!(s.len.get(), 0, "no call open");
+        let t = s.enter(Op::Send as u8);
+        s.call(Op::Send as u8, t);
+        assert!(!s.open_call());
+        assert_eq!(s.len.get(), 1, "the send ended: nothing open");
+        let t0 = s.enter(Op::Recv as u8);
+        assert!(!s.push(Kind::Recv, 0, 3, 7, 0, 8, 0));
+        assert!(!s.open_call());
+        let r: Vec<_> = s.recs[..s.len.get()].iter().map(|c| c.get()).collect();
+        assert_eq!(r.len(), 3);
+        let open = r[2];
+        assert_eq!(
+            (open.kind, open.op, open.ts),
+            (Kind::Call, Op::Recv as u8, t0)
+        );
+        assert_eq!(open.e, super::format::OPEN);
+        assert!(open.d >= t0);
+        assert_eq!(
+            r[1].ts, open.d,
+            "a receive waiting for its time takes the stop's"
+        );
+        assert!(!s.open_call());
+        assert_eq!(s.len.get(), 3, "recorded once");
     }
 }
