@@ -64,21 +64,10 @@ fn an_aborting_rank_writes_its_last_events() {
     // reduction
     for (r, op) in [(0, format::Op::Allreduce), (2, format::Op::Recv)] {
         let t = traces.iter().find(|t| t.rank == r).expect("rank file");
-        let sends = t
-            .records
-            .iter()
-            .filter(|x| x.kind == format::Kind::Send && x.b == 1 && x.c == 0)
-            .count();
-        assert_eq!(sends, 40, "rank {r}'s ring messages");
+        assert_eq!(ring_sends(t), 40, "rank {r}'s ring messages");
         assert_eq!(count(t, format::Kind::Finish), 0);
-        let last = t
-            .records
-            .iter()
-            .rev()
-            .find(|x| matches!(x.kind, format::Kind::Enter | format::Kind::Leave))
-            .expect("calls");
         assert_eq!(
-            (last.kind, last.op),
+            last_call(t),
             (format::Kind::Enter, op as u8),
             "rank {r} stopped in {}",
             op.name()
@@ -119,20 +108,9 @@ fn ranks_stopped_by_the_time_limit_write_their_last_events() {
     let traces = format::read_dir(&dir, &mut |_, _| {}).expect("read the trace");
     assert_eq!(traces.len(), 3);
     for t in &traces {
-        let sends = t
-            .records
-            .iter()
-            .filter(|x| x.kind == format::Kind::Send && x.b == 1 && x.c == 0)
-            .count();
-        assert_eq!(sends, 40, "rank {}'s ring messages", t.rank);
-        let last = t
-            .records
-            .iter()
-            .rev()
-            .find(|x| matches!(x.kind, format::Kind::Enter | format::Kind::Leave))
-            .expect("calls");
+        assert_eq!(ring_sends(t), 40, "rank {}'s ring messages", t.rank);
         assert_eq!(
-            (last.kind, last.op),
+            last_call(t),
             (format::Kind::Enter, format::Op::Recv as u8),
             "rank {} stopped in its receive",
             t.rank
@@ -149,6 +127,25 @@ fn ranks_stopped_by_the_time_limit_write_their_last_events() {
     // every ring message is paired across the ranks: nothing was lost
     assert!(chrome::unreceived(&traces).is_empty());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The messages `t` sent around the ring of `traced` (tag 1, the world's context).
+fn ring_sends(t: &format::RankTrace) -> usize {
+    t.records
+        .iter()
+        .filter(|x| x.kind == format::Kind::Send && x.b == 1 && x.c == 0)
+        .count()
+}
+
+/// The kind and op of `t`'s last enter or leave.
+fn last_call(t: &format::RankTrace) -> (format::Kind, u8) {
+    let r = t
+        .records
+        .iter()
+        .rev()
+        .find(|x| matches!(x.kind, format::Kind::Enter | format::Kind::Leave))
+        .expect("calls");
+    (r.kind, r.op)
 }
 
 fn count(t: &format::RankTrace, k: format::Kind) -> usize {

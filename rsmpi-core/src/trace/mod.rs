@@ -481,22 +481,8 @@ impl Stage {
     /// one is open: its [`Kind::Call`] record, marked [`format::OPEN`], with the time
     /// now as `d`. Says whether the stage is full.
     fn open_call(&self) -> bool {
-        let (op, t0) = self.open.replace((0, 0));
-        if !self.recording.get() || t0 == 0 {
-            return false;
-        }
-        let now = self.now();
-        self.mark(now);
-        self.append(Record {
-            ts: t0,
-            kind: Kind::Call,
-            op,
-            a: 0,
-            b: 0,
-            c: 0,
-            d: now,
-            e: format::OPEN,
-        })
+        let (op, t0) = self.open.get();
+        self.end_call(op, t0, format::OPEN)
     }
 
     /// The end of a call `op` begun at (raw) time `t0` by [`Self::enter`]: one
@@ -506,6 +492,12 @@ impl Stage {
     /// recording (`t0` = 0). Says whether the stage is full.
     #[inline(always)]
     fn call(&self, op: u8, t0: u64) -> bool {
+        self.end_call(op, t0, 0)
+    }
+
+    /// [`Self::call`] and [`Self::open_call`]: the call's record, with `e` as given.
+    #[inline(always)]
+    fn end_call(&self, op: u8, t0: u64, e: u64) -> bool {
         if !self.recording.get() || t0 == 0 {
             return false;
         }
@@ -521,7 +513,7 @@ impl Stage {
             b: 0,
             c: 0,
             d: now,
-            e: 0,
+            e,
         })
     }
 
