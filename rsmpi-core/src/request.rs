@@ -48,6 +48,9 @@ impl<'s, 'e> Scope<'s> for &'s LocalScope<'s, 'e> {
     fn rsmpi_lend(&self, buf: &'s [u8]) -> RegionId {
         self.lend(buf)
     }
+    // inlined: an immediate receive lends in its caller's function, once for each
+    // copy of the call (`point_to_point::immediate_recv`)
+    #[inline(always)]
     fn rsmpi_lend_mut<D: ?Sized>(
         &self,
         buf: &'s mut D,

@@ -536,23 +536,40 @@ pub(crate) fn watched<R>(
     site: &'static std::panic::Location<'static>,
     f: impl FnOnce() -> R,
 ) -> R {
-    if !checking() {
-        return traced(op, f);
-    }
-    enter(op, site);
+    let w = begin(op, site);
     let r = f();
-    leave(op);
+    end(w);
     r
 }
 
-/// `f`, the watched copy of the MPI call `op`, with the tracer alone on: between the
-/// reading of its start time and its one record, and nothing else.
+/// A watched MPI call in progress, from [`begin`] to [`end`] ([`watched`] in two
+/// halves, for a call whose body runs partly in its caller's function).
+pub(crate) struct Watch {
+    op: Op,
+    /// With the tracer alone on, the call's start time; `None` with a check on.
+    t0: Option<u64>,
+}
+
+/// The watched MPI call `op`, made at `site`, begins.
 #[inline(always)]
-fn traced<R>(op: Op, f: impl FnOnce() -> R) -> R {
-    let t0 = crate::trace::enter(op);
-    let r = f();
-    crate::trace::leave(op, t0);
-    r
+pub(crate) fn begin(op: Op, site: &'static std::panic::Location<'static>) -> Watch {
+    if !checking() {
+        return Watch {
+            op,
+            t0: Some(crate::trace::enter(op)),
+        };
+    }
+    enter(op, site);
+    Watch { op, t0: None }
+}
+
+/// The watched MPI call `w` ends: with the tracer alone on, its one record.
+#[inline(always)]
+pub(crate) fn end(w: Watch) {
+    match w.t0 {
+        Some(t0) => crate::trace::leave(w.op, t0),
+        None => leave(w.op),
+    }
 }
 
 /// [`watched`] for a send (`op`, made at `site`) to world rank `dest` (found by
@@ -572,7 +589,10 @@ pub(crate) fn watched_send<R>(
     f: impl FnOnce() -> R,
 ) -> R {
     if !checking() {
-        return traced(op, f);
+        let t0 = crate::trace::enter(op);
+        let r = f();
+        crate::trace::leave(op, t0);
+        return r;
     }
     crate::check::enter_send(op, site, note);
     let r = f();

@@ -215,6 +215,7 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
     }
 
     /// Lends a buffer for reading and writing until the scope ends.
+    #[inline(always)]
     pub fn lend_mut(&'scope self, buf: &'scope mut [u8]) -> RegionId {
         let slot = Slot {
             ptr: buf.as_mut_ptr(),
@@ -237,6 +238,7 @@ impl<'scope, 'env, H: RegionHost> Scope<'scope, 'env, H> {
     /// the way back to it: [`Loan::reclaim`] returns the buffer before the scope ends,
     /// once the host has no operation on it (a completed request handing its data
     /// back).
+    #[inline(always)]
     pub fn lend_typed_mut<D: ?Sized>(
         &'scope self,
         buf: &'scope mut D,
