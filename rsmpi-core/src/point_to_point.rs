@@ -591,14 +591,7 @@ where
         // over, it reloaded the list's length and flag after each write into the
         // library's tables: +26 instructions a round of the self loop)
         let w = irecv_enter(Location::caller(), buf);
-        let r = match tagsel(tag) {
-            Ok(tag) => {
-                let elem = elem_of(buf);
-                irecv_watched(comm, src, tag, elem, lend_recv(scope, buf))
-            }
-            Err(e) => Err(e),
-        };
-        let r = started(r);
+        let r = started(Posting::lend(scope, buf, tag).and_then(|p| irecv_watched(comm, src, p)));
         tools::end(w);
         return done(r);
     }
@@ -622,11 +615,17 @@ fn irecv_enter<B: BufferMut + ?Sized>(site: &'static Location<'static>, buf: &B)
 fn irecv_watched<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
+    p: Posting<'a, B>,
+) -> Result<Request<'a, B, Sc>> {
+    post_recv::<tools::On, _, _>(comm, src, p)
+}
+
+/// An immediate receive ready to be posted: its tag, the size of the elements its
+/// message must be a whole number of, and its buffer.
+struct Posting<'a, B: ?Sized> {
     tag: TagSel,
     elem: usize,
     buf: RecvBuf<'a, B>,
-) -> Result<Request<'a, B, Sc>> {
-    post_recv::<tools::On, _, _>(comm, src, tag, elem, buf)
 }
 
 /// A receive's buffer as posted: lent to the scope as it is (with its capacity in
@@ -636,18 +635,20 @@ enum RecvBuf<'a, B: ?Sized> {
     Unpack(&'a mut B),
 }
 
-/// Lends `buf` to `scope` if it is received into as it is.
-#[inline(always)]
-fn lend_recv<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
-    scope: Sc,
-    buf: &'a mut B,
-) -> RecvBuf<'a, B> {
-    match buf.rsmpi_direct().map(|b| b.len() as u64) {
-        Some(cap) => RecvBuf::Lent(
-            scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct")),
-            cap,
-        ),
-        None => RecvBuf::Unpack(buf),
+impl<'a, B: BufferMut + ?Sized + 'a> Posting<'a, B> {
+    /// The tag checked, and `buf` lent to `scope` if it is received into as it is.
+    #[inline(always)]
+    fn lend<Sc: Scope<'a>>(scope: Sc, buf: &'a mut B, tag: Option<Tag>) -> Result<Self> {
+        let tag = tagsel(tag)?;
+        let elem = elem_of(buf);
+        let buf = match buf.rsmpi_direct().map(|b| b.len() as u64) {
+            Some(cap) => RecvBuf::Lent(
+                scope.rsmpi_lend_mut(buf, |b| b.rsmpi_direct().expect("direct")),
+                cap,
+            ),
+            None => RecvBuf::Unpack(buf),
+        };
+        Ok(Posting { tag, elem, buf })
     }
 }
 
@@ -660,20 +661,17 @@ fn irecv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     buf: &'a mut B,
     tag: Option<Tag>,
 ) -> Result<Request<'a, B, Sc>> {
-    let tag = tagsel(tag)?;
-    let elem = elem_of(buf);
-    post_recv::<W, _, _>(comm, src, tag, elem, lend_recv(scope, buf))
+    post_recv::<W, _, _>(comm, src, Posting::lend(scope, buf, tag)?)
 }
 
-/// An immediate receive into `buf` (lent, or to be unpacked) posted.
+/// An immediate receive posted.
 #[inline(always)]
 fn post_recv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
-    tag: TagSel,
-    elem: usize,
-    buf: RecvBuf<'a, B>,
+    p: Posting<'a, B>,
 ) -> Result<Request<'a, B, Sc>> {
+    let Posting { tag, elem, buf } = p;
     let ctx = comm.ctx;
     match buf {
         RecvBuf::Lent(loan, cap) => {
