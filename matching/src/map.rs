@@ -70,18 +70,27 @@ impl Vacant for u32 {
 /// keeps its allocation, a counter at zero its slot), so a key used over and over —
 /// one tag, one peer, one context — costs no allocation or re-insertion per message.
 /// The key used last sits beside the table (most programs use one tag, one context
-/// at a time), where finding it is a comparison instead of hashing. Vacant entries are
-/// swept once they outnumber the rest, and never count in equality or hashing: two
-/// states that differ only in kept vacant entries, or in which key sits beside the
-/// table, are the same state.
+/// at a time), where finding it is a comparison instead of hashing; [`WARM`] more
+/// keys sit in slots next to it (a few peers sending to one wildcard receiver take
+/// turns at the slot beside the table, and hashing each turn cost ~50 instructions
+/// a message). Vacant entries are swept once they outnumber the rest, and never
+/// count in equality or hashing: two states that differ only in kept vacant
+/// entries, or in which keys sit beside the table, are the same state.
 #[derive(Clone, Debug)]
 pub(crate) struct Sparse<K: Eq + Hash, V> {
-    /// Never also in `map`.
+    /// Never also in `warm` or `map`.
     hot: Option<(K, V)>,
+    /// Filled from the front and never emptied again (a slot whose entry is vacant
+    /// is given to the next new key), and before `map` gets any key: so an empty
+    /// first slot means that this and the map are empty. Never also in `map`.
+    warm: [Option<(K, V)>; WARM],
     map: FxHashMap<K, V>,
     /// Sweep vacant entries when the map grows past this many keys.
     sweep_at: usize,
 }
+
+/// The keys a [`Sparse`] table keeps in slots past the one beside it.
+const WARM: usize = 3;
 
 /// FIFO queues of sequence numbers by key.
 pub(crate) type Fifos<K> = Sparse<K, VecDeque<u64>>;
@@ -90,22 +99,28 @@ pub(crate) type Counts<K> = Sparse<K, u32>;
 
 const SWEEP_MIN: usize = 64;
 
-/// A [`Sparse`] table's lookup past the key beside it, kept out of line so that the
+/// [`Sparse::get_mut`] past the key beside the table, kept out of line so that the
 /// lookup of that key stays small enough to inline.
 #[inline(never)]
-fn map_get<'a, K: Eq + Hash, V>(map: &'a FxHashMap<K, V>, key: &K) -> Option<&'a V> {
-    map.get(key)
-}
-
-#[inline(never)]
-fn map_get_mut<'a, K: Eq + Hash, V>(map: &'a mut FxHashMap<K, V>, key: &K) -> Option<&'a mut V> {
-    map.get_mut(key)
+fn get_mut_cold<'a, K: Eq + Hash, V>(
+    warm: &'a mut [Option<(K, V)>; WARM],
+    map: &'a mut FxHashMap<K, V>,
+    key: &K,
+) -> Option<&'a mut V> {
+    if let Some((_, v)) = warm.iter_mut().flatten().find(|(k, _)| k == key) {
+        return Some(v);
+    }
+    match map.is_empty() {
+        true => None,
+        false => map.get_mut(key),
+    }
 }
 
 impl<K: Eq + Hash, V> Default for Sparse<K, V> {
     fn default() -> Self {
         Sparse {
             hot: None,
+            warm: std::array::from_fn(|_| None),
             map: FxHashMap::default(),
             sweep_at: SWEEP_MIN,
         }
@@ -113,21 +128,34 @@ impl<K: Eq + Hash, V> Default for Sparse<K, V> {
 }
 
 impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, key: &K) -> Option<&V> {
         match &self.hot {
             Some((k, v)) if k == key => Some(v),
-            _ if self.map.is_empty() => None,
-            _ => map_get(&self.map, key),
+            _ if self.warm[0].is_none() => None,
+            _ => self.get_cold(key),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         match &mut self.hot {
             Some((k, v)) if k == key => Some(v),
-            _ if self.map.is_empty() => None,
-            _ => map_get_mut(&mut self.map, key),
+            _ if self.warm[0].is_none() => None,
+            _ => get_mut_cold(&mut self.warm, &mut self.map, key),
+        }
+    }
+
+    /// [`Self::get`] past the key beside the table, kept out of line so that the
+    /// lookup of that key stays small enough to inline.
+    #[inline(never)]
+    fn get_cold(&self, key: &K) -> Option<&V> {
+        if let Some((_, v)) = self.warm.iter().flatten().find(|(k, _)| k == key) {
+            return Some(v);
+        }
+        match self.map.is_empty() {
+            true => None,
+            false => self.map.get(key),
         }
     }
 
@@ -143,24 +171,42 @@ impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
     /// [`Self::entry`] for a key other than the one beside the table.
     #[inline(never)]
     fn entry_cold(&mut self, key: K) -> &mut V {
+        let at = self
+            .warm
+            .iter()
+            .map_while(Option::as_ref)
+            .position(|(k, _)| *k == key);
+        if let Some(i) = at {
+            return &mut self.warm[i].as_mut().expect("warm").1;
+        }
         if !self.map.is_empty() && self.map.contains_key(&key) {
             return self.map.get_mut(&key).expect("present");
         }
-        // a new key takes the slot beside the table when that holds nothing (reusing
-        // its allocation); otherwise it goes into the table
-        let free = match &mut self.hot {
-            None => true,
-            Some((k, v)) if v.is_vacant() => {
+        // a new key takes the slot beside the table, or else the first slot next to
+        // it, that holds nothing (reusing its allocation); otherwise it goes into
+        // the table
+        match &self.hot {
+            None => return &mut self.hot.insert((key, V::default())).1,
+            Some((_, v)) if v.is_vacant() => {
+                let (k, v) = self.hot.as_mut().expect("hot");
                 *k = key;
-                false
+                return v;
             }
-            Some(_) => false,
-        };
-        if free {
-            self.hot = Some((key, V::default()));
+            Some(_) => {}
         }
-        if matches!(&self.hot, Some((k, _)) if *k == key) {
-            return &mut self.hot.as_mut().expect("hot").1;
+        let free = self
+            .warm
+            .iter()
+            .position(|s| s.as_ref().is_none_or(|(_, v)| v.is_vacant()));
+        if let Some(i) = free {
+            let slot = &mut self.warm[i];
+            return match slot {
+                Some((k, v)) => {
+                    *k = key;
+                    v
+                }
+                None => &mut slot.insert((key, V::default())).1,
+            };
         }
         if self.map.len() >= self.sweep_at {
             self.map.retain(|_, v| !v.is_vacant());
@@ -172,6 +218,7 @@ impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
     fn occupied(&self) -> impl Iterator<Item = (&K, &V)> {
         self.hot
             .iter()
+            .chain(self.warm.iter().flatten())
             .map(|(k, v)| (k, v))
             .chain(self.map.iter())
             .filter(|(_, v)| !v.is_vacant())
@@ -811,6 +858,7 @@ impl<K: Numbered + Hash + Ord, V: Hash> Hash for OneMap<K, V> {
 mod tests {
     use super::*;
     use std::collections::hash_map::DefaultHasher;
+    use std::collections::HashMap;
 
     fn hash_of<T: Hash>(t: &T) -> u64 {
         let mut h = DefaultHasher::new();
@@ -841,6 +889,50 @@ mod tests {
         a.set(3, 0);
         assert_eq!(a, Counts::default());
         assert_eq!(hash_of(&a), hash_of(&Counts::<u32>::default()));
+    }
+
+    /// `Fifos` (a `Sparse` map) behaves as a map of queues whether a key sits beside
+    /// the table, in a slot next to it or in the table, as keys come, empty and are
+    /// given slots again; equality and hash do not depend on where keys sit.
+    #[test]
+    fn fifos_are_a_map_wherever_keys_sit() {
+        let mut f: Fifos<u32> = Fifos::default();
+        let mut model: HashMap<u32, VecDeque<u64>> = HashMap::new();
+        let mut x = 12345u64;
+        for seq in 0..4000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // up to 9 keys: more than the slots; the early ones more often
+            let key = ((x >> 33) % 9).min((x >> 40) % 9) as u32;
+            if (x >> 20).is_multiple_of(3) {
+                // take the head of `key`'s queue, as `Unexpected::take` does
+                let head = f.head(&key, |_| true);
+                assert_eq!(head, model.get(&key).and_then(|q| q.front().copied()));
+                if head.is_some() {
+                    f.get_mut(&key).expect("queued").pop_front();
+                    model.get_mut(&key).expect("queued").pop_front();
+                }
+            } else {
+                f.push(key, seq);
+                model.entry(key).or_default().push_back(seq);
+            }
+            for k in 0..10u32 {
+                let want = model.get(&k).filter(|q| !q.is_empty());
+                assert_eq!(f.get(&k).filter(|q| !q.is_empty()), want, "key {k}");
+            }
+        }
+        // the same contents put in another order (other keys beside the table)
+        let mut g: Fifos<u32> = Fifos::default();
+        for k in (0..10u32).rev() {
+            for &s in model.get(&k).into_iter().flatten() {
+                g.push(k, s);
+            }
+        }
+        assert!(f == g);
+        assert_eq!(hash_of(&f), hash_of(&g));
+        g.push(3, 99_999);
+        assert!(f != g);
     }
 
     /// `OneMap` behaves as a map, and its equality and hash do not depend on which
