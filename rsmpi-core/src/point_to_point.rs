@@ -26,7 +26,7 @@ use crate::topology::{
     SimpleCommunicator, PROC_NULL,
 };
 use crate::trace::format::Op;
-use matching::{RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
+use matching::{RecvId, RecvOutcome, RecvSpec, SendMode, SendSpec, Source as Src, TagSel};
 use std::borrow::Cow;
 use std::panic::Location;
 use transport::mem::RegionId;
@@ -397,17 +397,30 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
         // The same closure as `irecv`'s, written out again: a function shared by the
         // two left its thread-local access out of line (window receive 1 129 -> 1 256
         // instructions a message, pair loop +119), as `begin_send` says
+        //
+        // The same visit also takes the wait's first turn (`progress::wait_recv`'s):
+        // the message already there (an answer's, a reply's), read by one progress
+        // and taken, without a second visit
         return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
-            let posted = progress::try_with(|s| -> Result<Option<Key>> {
+            let first = progress::try_with(|s| -> Result<Option<Result<RecvOutcome, RecvId>>> {
                 let Some(src) = source_in(s, comm, src)? else {
                     return Ok(None);
                 };
-                start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)).map(Some)
+                let key = start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region))?;
+                let Key::Recv(id) = key else {
+                    unreachable!("a receive is posted as a receive")
+                };
+                if !s.recvs.is_done(id) {
+                    s.progress_inline();
+                }
+                Ok(Some(s.recvs.take_done(id).ok_or(id)))
             })??;
-            let Some(key) = posted else {
-                return Ok(Status::proc_null());
+            let outcome = match first {
+                None => return Ok(Status::proc_null()),
+                Some(Ok(o)) => o,
+                Some(Err(id)) => progress::wait_recv(id),
             };
-            crate::request::finish_recv(wait_posted(key), cap, elem, ctx)
+            crate::request::finish_recv(outcome, cap, elem, ctx)
         });
     }
     let Some(src) = source(comm, src)? else {
