@@ -177,6 +177,13 @@ impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
             .map_while(Option::as_ref)
             .position(|(k, _)| *k == key);
         if let Some(i) = at {
+            // a key in use takes the slot beside the table from one whose entry is
+            // vacant: otherwise a key that came first and went quiet (a tool's
+            // channel, a finished phase's) keeps every later one out of it
+            if self.hot.as_ref().is_some_and(|(_, v)| v.is_vacant()) {
+                std::mem::swap(&mut self.hot, &mut self.warm[i]);
+                return &mut self.hot.as_mut().expect("hot").1;
+            }
             return &mut self.warm[i].as_mut().expect("warm").1;
         }
         if !self.map.is_empty() && self.map.contains_key(&key) {
@@ -933,6 +940,24 @@ mod tests {
         assert_eq!(hash_of(&f), hash_of(&g));
         g.push(3, 99_999);
         assert!(f != g);
+    }
+
+    /// A key that came first and went quiet (a tool's channel ahead of the user's)
+    /// gives the slot beside the table to a key in use, which then no longer takes
+    /// the out-of-line path at every message.
+    #[test]
+    fn quiet_key_gives_up_the_slot_beside_the_table() {
+        let mut f: Fifos<u32> = Fifos::default();
+        f.push(7, 0); // 7 beside the table
+        f.push(1, 1); // 1 in the first slot next to it
+        f.get_mut(&7).expect("queued").pop_front(); // 7 goes quiet
+        f.push(1, 2); // 1, in use, takes the slot beside the table
+        assert!(matches!(&f.hot, Some((1, q)) if q.len() == 2));
+        // while it is in use, it keeps it
+        f.push(7, 3);
+        assert!(matches!(&f.hot, Some((1, _))));
+        assert_eq!(f.get(&7).map(VecDeque::len), Some(1));
+        assert_eq!(f.head(&1, |_| true), Some(1));
     }
 
     /// `OneMap` behaves as a map, and its equality and hash do not depend on which

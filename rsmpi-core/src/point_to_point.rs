@@ -262,15 +262,21 @@ fn expect_type_of<B: BufferMut + ?Sized>(buf: &B) {
 
 /// The type signature of `count` elements of a buffer's datatype, when the type
 /// check is on (`of` gives both).
-#[cold]
-#[inline(never)]
+#[inline(always)]
 fn type_of<'b>(of: impl FnOnce() -> (Cow<'b, UserDatatype>, usize)) -> Option<TypeSig> {
     if crate::check::types::wanted() {
-        let (dt, count) = of();
-        TypeSig::of(&dt, count)
+        type_of_now(of)
     } else {
         None
     }
+}
+
+/// [`type_of`] with the type check on.
+#[cold]
+#[inline(never)]
+fn type_of_now<'b>(of: impl FnOnce() -> (Cow<'b, UserDatatype>, usize)) -> Option<TypeSig> {
+    let (dt, count) = of();
+    TypeSig::of(&dt, count)
 }
 
 /// A blocking send of `buf` to `rank` of `comm`.
@@ -283,6 +289,9 @@ pub(crate) fn blocking_send<U: tools::Caller, B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     if tools::is_on() {
+        if tools::checking() {
+            return blocking_send_checked(comm, rank, buf, tag, mode);
+        }
         return blocking_send_watched(comm, rank, buf, tag, mode);
     }
     send_now_or_wait::<U::Off, _>(comm, rank, buf, tag, mode)
@@ -306,6 +315,67 @@ fn blocking_send_watched<B: Buffer + ?Sized>(
     })
 }
 
+/// [`blocking_send`] with a check on. Unless standard sends are made synchronous,
+/// the call's enter, the send's note, the send tried on the fast path and, if it
+/// left, the call's leave take one visit to the library state (they took three). A
+/// note that leads to more (the receives waiting for their checks first, a full
+/// batch of notes to send) has that done outside the state, and the send then
+/// starts as [`send_now_or_wait`] starts it.
+#[track_caller]
+#[cold]
+#[inline(never)]
+fn blocking_send_checked<B: Buffer + ?Sized>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<()> {
+    if tools::sync_sends_possible() {
+        return blocking_send_watched(comm, rank, buf, tag, mode);
+    }
+    let (op, site) = (send_op(mode, false), Location::caller());
+    let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+    let bytes = buf.rsmpi_send();
+    let mut left = tools::Left::default();
+    let first = progress::try_with(|s| {
+        // the rank and tag checked once, for the note and the send (`begin_send`'s
+        // checks, in its order)
+        let checked = comm
+            .check_rank_in(s, rank)
+            .and_then(|d| check_tag(tag).map(|_| d));
+        let dest = |_: &progress::State| checked.as_ref().ok().copied().flatten();
+        let noted = crate::check::enter_send_in(s, op, site, comm.ctx, tag, dest, ty.as_ref());
+        if let Some(n) = noted.filter(|n| n.unfinished()) {
+            return Err(n);
+        }
+        let sent = match checked {
+            Ok(Some(dest)) => send_at_once::<tools::On>(s, comm, dest, tag, mode, &bytes),
+            other => other, // PROC_NULL, or the check's error
+        };
+        if let (false, Some(t)) = (matches!(sent, Ok(Some(_))), s.tools_mut()) {
+            left = t.leave(op);
+        }
+        Ok(sent)
+    })?;
+    left.run();
+    let sent = match first {
+        Ok(sent) => sent?,
+        Err(noted) => {
+            noted.finish(ty.as_ref());
+            let r = send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode);
+            tools::leave(op);
+            return r;
+        }
+    };
+    let r = match sent {
+        None => return Ok(()), // sent and complete, or PROC_NULL
+        Some(dest) => send_waited::<tools::On>(comm, dest, tag, mode, bytes),
+    };
+    tools::leave(op);
+    r
+}
+
 /// A send's first visit to the library state, `s`, one for all of this: the rank and
 /// the tag checked (in that order, before an error of `bytes`, the buffer's), and a
 /// standard send of `bytes` tried on the fast path. The destination's world rank if
@@ -327,6 +397,19 @@ fn begin_send<W: tools::Mode>(
         return Ok(None); // PROC_NULL
     };
     check_tag(tag)?;
+    send_at_once::<W>(s, comm, dest, tag, mode, bytes)
+}
+
+/// [`begin_send`] past its checks, to world rank `dest`.
+#[inline(always)]
+fn send_at_once<W: tools::Mode>(
+    s: &mut progress::State,
+    comm: &SimpleCommunicator,
+    dest: u32,
+    tag: Tag,
+    mode: SendMode,
+    bytes: &Result<Cow<'_, [u8]>>,
+) -> Result<Option<u32>> {
     if let (SendMode::Standard, Ok(b)) = (mode, bytes) {
         if s.send_now::<W>(comm.ctx, dest, tag, b)? {
             return Ok(None); // sent and complete
@@ -350,6 +433,19 @@ fn send_now_or_wait<W: tools::Mode, B: Buffer + ?Sized>(
     let Some(dest) = sent else {
         return Ok(()); // sent and complete, or PROC_NULL
     };
+    send_waited::<W>(comm, dest, tag, mode, bytes)
+}
+
+/// The rest of a blocking send of `bytes` to world rank `dest` that did not leave at
+/// once: started and waited for.
+#[inline(always)]
+fn send_waited<W: tools::Mode>(
+    comm: &SimpleCommunicator,
+    dest: u32,
+    tag: Tag,
+    mode: SendMode,
+    bytes: Result<Cow<'_, [u8]>>,
+) -> Result<()> {
     let bytes = bytes?;
     transport::mem::lend(&progress::HOST, &bytes, |region| {
         let key = progress::with(|s| {
@@ -368,21 +464,52 @@ pub(crate) fn blocking_recv<U: tools::Caller, B: BufferMut + ?Sized>(
     buf: &mut B,
 ) -> Result<Status> {
     if tools::is_on() {
-        return tools::watched(Op::Recv, Location::caller(), move || {
-            expect_type_of(buf);
-            recv_and_wait::<tools::On, _>(comm, src, tag, buf)
+        if tools::checking() {
+            return blocking_recv_checked(comm, src, tag, buf);
+        }
+        let site = Location::caller();
+        return tools::watched(Op::Recv, site, move || {
+            recv_and_wait::<tools::On, _>(comm, src, tag, buf, site)
         });
     }
-    recv_and_wait::<U::Off, _>(comm, src, tag, buf)
+    recv_and_wait::<U::Off, _>(comm, src, tag, buf, Location::caller())
+}
+
+/// [`blocking_recv`] with a check on: a receive into the user's own bytes marks the
+/// call's enter and leave in the visit that posts it ([`tools::Called`]); otherwise
+/// they go around the call.
+#[track_caller]
+#[cold]
+#[inline(never)]
+fn blocking_recv_checked<B: BufferMut + ?Sized>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    buf: &mut B,
+) -> Result<Status> {
+    let site = Location::caller();
+    expect_type_of(buf);
+    // (a bad tag fails before that visit, so it goes the other way: the call marked)
+    if tagsel(tag).is_ok() && buf.rsmpi_direct().is_some() {
+        return recv_and_wait::<tools::Called, _>(comm, src, tag, buf, site);
+    }
+    tools::watched(Op::Recv, site, move || {
+        recv_and_wait::<tools::On, _>(comm, src, tag, buf, site)
+    })
 }
 
 /// The body of [`blocking_recv`].
+///
+/// `W::CALL` (a receive into the user's own bytes, with a valid tag) marks the
+/// call's enter, made at `site`, in the visit that posts the receive, and its leave
+/// there too if the receive completed in it (after the wait otherwise).
 #[inline(always)]
 fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Option<Tag>,
     buf: &mut B,
+    site: &'static Location<'static>,
 ) -> Result<Status> {
     // the tag checked before the source, as in `irecv`
     let tag = tagsel(tag)?;
@@ -402,27 +529,52 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
         // the message already there (an answer's, a reply's), read by one progress
         // and taken, without a second visit
         return transport::mem::lend_mut(&progress::HOST, bytes, |region| {
+            let mut left = tools::Left::default();
             let first = progress::try_with(|s| -> Result<Option<Result<RecvOutcome, RecvId>>> {
-                let Some(src) = source_in(s, comm, src)? else {
-                    return Ok(None);
-                };
-                let key = start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region))?;
-                let Key::Recv(id) = key else {
-                    unreachable!("a receive is posted as a receive")
-                };
-                if !s.recvs.is_done(id) {
-                    s.progress_inline();
+                if let (true, Some(t)) = (W::CALL, s.tools_mut()) {
+                    t.enter(Op::Recv, site);
                 }
-                Ok(Some(s.recvs.take_done(id).ok_or(id)))
-            })??;
-            let outcome = match first {
+                #[allow(clippy::redundant_closure_call)]
+                let first = (|| {
+                    let Some(src) = source_in(s, comm, src)? else {
+                        return Ok(None);
+                    };
+                    let key = start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region))?;
+                    let Key::Recv(id) = key else {
+                        unreachable!("a receive is posted as a receive")
+                    };
+                    if !s.recvs.is_done(id) {
+                        s.progress_inline();
+                    }
+                    Ok(Some(s.recvs.take_done(id).ok_or(id)))
+                })();
+                if let (true, false, Some(t)) =
+                    (W::CALL, matches!(first, Ok(Some(Err(_)))), s.tools_mut())
+                {
+                    left = t.leave(Op::Recv);
+                }
+                first
+            });
+            // (nothing to run unless the call ended in that visit)
+            left.run();
+            let outcome = match first?? {
                 None => return Ok(Status::proc_null()),
                 Some(Ok(o)) => o,
-                Some(Err(id)) => progress::wait_recv(id),
+                Some(Err(id)) => {
+                    let o = progress::wait_recv(id);
+                    if W::CALL {
+                        tools::leave(Op::Recv);
+                    }
+                    o
+                }
             };
             crate::request::finish_recv(outcome, cap, elem, ctx)
         });
     }
+    debug_assert!(
+        !W::CALL,
+        "only a receive into the user's own bytes marks its call"
+    );
     let Some(src) = source(comm, src)? else {
         return Ok(Status::proc_null());
     };

@@ -95,10 +95,46 @@ impl Tools {
         }
     }
 
-    /// A message of `bytes` bytes left for world rank `dest`.
+    /// The MPI call `op` ends ([`leave`], in a visit to the library state of the
+    /// caller's): what it leaves to do once out of the state.
+    #[inline(always)]
+    pub(crate) fn leave(&mut self, op: Op) -> Left {
+        if let Some(n) = &mut self.notes {
+            n.call_ended();
+        }
+        if self.busy {
+            return Left::default();
+        }
+        self.depth = self.depth.saturating_sub(1);
+        if let Some(t) = &mut self.trace {
+            t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
+        }
+        match &self.notes {
+            // notes are held back only across consecutive sends: a call that may wait
+            // for a peer (a receive, a wait, a test, a probe, a collective) lets them
+            // go first; the receives completed so far are checked for races, in the
+            // order they matched, once enough are waiting
+            Some(n) => Left {
+                flush: !op.is_send() && n.holds_notes(),
+                settle: self.depth == 0 && n.settle_due(),
+            },
+            None => Left::default(),
+        }
+    }
+
+    /// A message of `bytes` bytes left for world rank `dest`: for the tracer, the
+    /// deadlock detector and the error checks (the race checker's note went ahead of
+    /// the send), so with none of them on, a test here and no call.
+    #[inline(always)]
+    pub fn sent(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64, id: Option<SendId>) {
+        if self.trace.is_some() || self.deadlock.is_some() || self.errors.is_some() {
+            self.sent_to_tools(dest, ctx, tag, bytes, id);
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub fn sent(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64, id: Option<SendId>) {
+    fn sent_to_tools(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64, id: Option<SendId>) {
         if self.busy {
             return;
         }
@@ -131,9 +167,9 @@ impl Tools {
     }
 
     /// A receive was posted (or a matched message's receive started: `source` and
-    /// `tag` are then the message's own).
-    #[cold]
-    #[inline(never)]
+    /// `tag` are then the message's own). Inlined into the watched copies of
+    /// [`crate::point_to_point::start_recv`], themselves out of line.
+    #[inline(always)]
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Source, tag: TagSel) {
         if self.busy {
             return;
@@ -209,9 +245,9 @@ impl Tools {
         }
     }
 
-    /// A receive completed.
-    #[cold]
-    #[inline(never)]
+    /// A receive completed (inlined into its one caller, the library state's hook,
+    /// itself out of line).
+    #[inline(always)]
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
         if let Some(t) = &mut self.trace {
             t.received(id, outcome);
@@ -474,6 +510,9 @@ pub(crate) use mpi_call;
 pub(crate) trait Mode {
     /// Whether this is the watched copy.
     const ON: bool;
+    /// Whether the watched copy also marks the call's enter and leave itself, in its
+    /// own visit to the library state ([`Called`]).
+    const CALL: bool = false;
 }
 
 /// The body's copy for a call the tools watch.
@@ -486,6 +525,17 @@ impl Mode for On {
 }
 impl Mode for Off {
     const ON: bool = false;
+}
+
+/// The watched copy that marks the call's enter and leave in the visit that does its
+/// work, for a call that usually completes in that visit (a blocking receive of a
+/// message already there), with a check on: one visit to the library state instead
+/// of three (`docs/tools.md`, "Cost").
+pub(crate) struct Called;
+
+impl Mode for Called {
+    const ON: bool = true;
+    const CALL: bool = true;
 }
 
 /// Who makes a call on the per-message path: the user ([`User`]) or the library
@@ -511,6 +561,13 @@ impl Caller for User {
 }
 impl Caller for Lib {
     type Off = On;
+}
+
+/// Whether standard sends may run as synchronous ones (then a watched send asks
+/// the tools, [`send_mode`]).
+#[inline(always)]
+pub(crate) fn sync_sends_possible() -> bool {
+    SYNC_SENDS.load(Ordering::Relaxed)
 }
 
 /// Whether standard sends run as synchronous ones now (`RSMPI_CHECK_SYNC=1` with
@@ -639,36 +696,29 @@ pub(crate) fn enter(op: Op, site: &'static std::panic::Location<'static>) {
 #[cold]
 #[inline(never)]
 pub(crate) fn leave(op: Op) {
-    // what the checks have left to do, found in the same visit
-    let (flush, settle) = with(|t| {
-        if let Some(n) = &mut t.notes {
-            n.call_ended();
+    with(|t| t.leave(op)).unwrap_or_default().run();
+}
+
+/// What the end of a call leaves to do outside the library state ([`Tools::leave`]).
+#[derive(Default, Clone, Copy)]
+#[must_use]
+pub(crate) struct Left {
+    /// The notes held back go first.
+    flush: bool,
+    /// The completed receives are due for their checks.
+    settle: bool,
+}
+
+impl Left {
+    /// Does it.
+    #[inline(always)]
+    pub(crate) fn run(self) {
+        if self.flush {
+            crate::check::idle();
         }
-        if t.busy {
-            return (false, false);
+        if self.settle {
+            crate::check::settle();
         }
-        t.depth = t.depth.saturating_sub(1);
-        if let Some(t) = &mut t.trace {
-            t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
-        }
-        match &t.notes {
-            // notes are held back only across consecutive sends: a call that may wait
-            // for a peer (a receive, a wait, a test, a probe, a collective) lets them
-            // go first; the receives completed so far are checked for races, in the
-            // order they matched, once enough are waiting
-            Some(n) => (
-                !op.is_send() && n.holds_notes(),
-                t.depth == 0 && n.settle_due(),
-            ),
-            None => (false, false),
-        }
-    })
-    .unwrap_or((false, false));
-    if flush {
-        crate::check::idle();
-    }
-    if settle {
-        crate::check::settle();
     }
 }
 

@@ -21,6 +21,7 @@ static WANTED: AtomicBool = AtomicBool::new(false);
 
 /// Whether the type check is on (`RSMPI_CHECK=errors`): one load, so that the
 /// watched calls skip building type signatures without a visit to the tools.
+#[inline(always)]
 pub(crate) fn wanted() -> bool {
     WANTED.load(Ordering::Relaxed)
 }
