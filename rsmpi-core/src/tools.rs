@@ -167,8 +167,9 @@ impl Tools {
     }
 
     /// A receive was posted (or a matched message's receive started: `source` and
-    /// `tag` are then the message's own). Inlined into the watched copies of
-    /// [`crate::point_to_point::start_recv`], themselves out of line.
+    /// `tag` are then the message's own). Inlined into its callers, each out of
+    /// line: the watched copies of [`crate::point_to_point::start_recv`] and the
+    /// receives of messages a matched probe took.
     #[inline(always)]
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Source, tag: TagSel) {
         if self.busy {
@@ -574,7 +575,7 @@ pub(crate) fn sync_sends_possible() -> bool {
 /// `RSMPI_CHECK=deadlock`): the mode a watched send starts with.
 pub(crate) fn send_mode(mode: matching::SendMode) -> matching::SendMode {
     use matching::SendMode::{Standard, Synchronous};
-    if mode != Standard || !SYNC_SENDS.load(Ordering::Relaxed) {
+    if mode != Standard || !sync_sends_possible() {
         return mode;
     }
     match with(|t| t.sync_sends()) {
