@@ -3,7 +3,7 @@
 
 use crate::advertised::{Adv, AdvTable, Crossing};
 use crate::map::{Counts, HMap, OneMap, Window};
-use crate::queues::{Posted, UData, UEntry, Unexpected};
+use crate::queues::{Posted, Spares, UData, UEntry, Unexpected};
 use crate::types::*;
 use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
 use std::collections::VecDeque;
@@ -43,7 +43,8 @@ pub enum Output {
         len: u64,
         into: GetInto,
     },
-    /// Copy `data` (already cut to the receive's capacity) into `recv`'s buffer.
+    /// Copy `data` (already cut to the receive's capacity) into `recv`'s buffer, then
+    /// hand `data` back with [`Engine::recycle`] (or drop it).
     CopyIn { recv: RecvId, data: Vec<u8> },
     /// A receive completed (after its data was delivered by earlier outputs, or by
     /// the [`Deliver`] that [`Engine::handle`] returned without its completion).
@@ -99,6 +100,27 @@ pub struct Deliver {
     /// queue would have given them; otherwise it is `None` and the `RecvDone` comes
     /// through the queue.
     pub done: Option<RecvOutcome>,
+}
+
+/// A receive posted by [`Engine::post_recv_early`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Posting {
+    /// Posted; its completion comes through the outputs.
+    Queued(RecvId),
+    /// It took a message that had arrived before it with its payload, and is
+    /// complete.
+    Early(Early),
+}
+
+/// A receive that took, as it was posted, a message already here with its payload
+/// ([`Posting::Early`]): the driver copies `data` (already cut to the receive's
+/// capacity) into the receive's buffer, and may then hand `data` back with
+/// [`Engine::recycle`]. No output follows for the receive.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Early {
+    pub recv: RecvId,
+    pub data: Vec<u8>,
+    pub outcome: RecvOutcome,
 }
 
 /// A receive to post.
@@ -429,6 +451,9 @@ pub struct Engine {
     peers: Vec<Peer>,
     posted: Posted,
     unexpected: Unexpected,
+    /// Buffers for the payloads of unexpected eager messages, handed back by
+    /// [`Engine::recycle`].
+    spares: Spares,
     probed: HMap<MsgId, UEntry>,
     recvs: OneMap<RecvId, RecvState>,
     sends: OneMap<SendId, SendState>,
@@ -478,6 +503,7 @@ impl Engine {
             peers: vec![peer; size as usize],
             posted: Posted::default(),
             unexpected: Unexpected::default(),
+            spares: Spares::default(),
             probed: HMap::default(),
             recvs: OneMap::default(),
             sends: OneMap::default(),
@@ -535,6 +561,15 @@ impl Engine {
     }
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// Takes back the buffer of an [`Output::CopyIn`] once its payload is copied out,
+    /// to hold the next early message's payload: small messages that arrive before
+    /// their receives then cost no allocation. Dropping the buffer instead is correct
+    /// too.
+    #[inline(always)]
+    pub fn recycle(&mut self, data: Vec<u8>) {
+        self.spares.keep(data);
     }
 
     /// Whether an output waits for the driver ([`Engine::poll_output`]).
@@ -773,24 +808,74 @@ impl Engine {
     /// or non-contiguous receive is pending in the context (rules 2, 6).
     #[inline(always)]
     pub fn post_recv(&mut self, spec: RecvSpec) -> Result<RecvId, CallError> {
-        if let Source::Rank(r) = spec.source {
-            self.check_rank(r)?;
-        }
-        if let TagSel::Tag(t) = spec.tag {
-            Self::check_tag(t)?;
-        }
-        let id = RecvId(self.id());
+        let id = self.new_recv(&spec)?;
         // nothing to look for in the common case, a receive posted in time
         let early = match self.unexpected.is_empty() {
             true => None,
             false => self.unexpected.find(spec.ctx, spec.source, spec.tag),
         };
         if let Some(seq) = early {
-            self.recvs.insert(id, RecvState::posted(&spec, true));
-            let e = self.unexpected.take(seq).expect("found");
-            self.deliver_unexpected(id, e);
+            self.post_found_queued(id, &spec, seq);
             return Ok(id);
         }
+        self.post_queued(id, spec);
+        Ok(id)
+    }
+
+    /// [`Engine::post_recv`], except that a receive which takes a message already
+    /// here with its payload (an eager one, not synchronous) completes at once and
+    /// comes back with the payload ([`Posting::Early`]) instead of as an
+    /// [`Output::CopyIn`] and an [`Output::RecvDone`]: the common case of a message
+    /// that arrived before its receive, with no queue of outputs and no state kept
+    /// for the receive. It comes back so only while no output waits, so that the
+    /// driver sees completions in the order the queue would have given them.
+    ///
+    /// Out of line: a driver calls it when [`Engine::has_unexpected`] says there is
+    /// something to take, and [`Engine::post_recv`] otherwise. `post_recv` takes a
+    /// message through the same decision ([`Engine::post_found_queued`]), so the
+    /// model checker, which posts with `post_recv`, runs it.
+    #[inline(never)]
+    pub fn post_recv_early(&mut self, spec: RecvSpec) -> Result<Posting, CallError> {
+        let id = self.new_recv(&spec)?;
+        if let Some(seq) = self.unexpected.find(spec.ctx, spec.source, spec.tag) {
+            return Ok(self.post_found(id, &spec, seq));
+        }
+        self.post_queued(id, spec);
+        Ok(Posting::Queued(id))
+    }
+
+    /// Whether any message waits for its receive: [`Engine::post_recv_early`] may
+    /// then find one; otherwise [`Engine::post_recv_in_time`] posts a receive.
+    #[inline(always)]
+    pub fn has_unexpected(&self) -> bool {
+        !self.unexpected.is_empty()
+    }
+
+    /// [`Engine::post_recv`] while no message waits for its receive
+    /// ([`Engine::has_unexpected`] is false): the same, without looking again.
+    #[inline(always)]
+    pub fn post_recv_in_time(&mut self, spec: RecvSpec) -> Result<RecvId, CallError> {
+        debug_assert!(!self.has_unexpected(), "a message waits: post_recv_early");
+        let id = self.new_recv(&spec)?;
+        self.post_queued(id, spec);
+        Ok(id)
+    }
+
+    /// The id of a receive posted as `spec`, its source and tag checked.
+    #[inline(always)]
+    fn new_recv(&mut self, spec: &RecvSpec) -> Result<RecvId, CallError> {
+        if let Source::Rank(r) = spec.source {
+            self.check_rank(r)?;
+        }
+        if let TagSel::Tag(t) = spec.tag {
+            Self::check_tag(t)?;
+        }
+        Ok(RecvId(self.id()))
+    }
+
+    /// Queues receive `id`, posted as `spec`, which found no message: rules 2 and 6.
+    #[inline(always)]
+    fn post_queued(&mut self, id: RecvId, spec: RecvSpec) {
         let mut paused = false;
         // a receive of a specific source with its buffer, in `both` mode and above
         // the size that is advertised, goes to its sender unless it is paused there:
@@ -824,7 +909,42 @@ impl Engine {
             }
         }
         // (else, mutation only: neither advertised nor holding anything back)
-        Ok(id)
+    }
+
+    /// Receive `id`, posted as `spec`, takes unexpected message `seq`, its completion
+    /// queued as outputs ([`Engine::post_recv`]).
+    #[inline(never)]
+    fn post_found_queued(&mut self, id: RecvId, spec: &RecvSpec, seq: u64) {
+        if let Posting::Early(e) = self.post_found(id, spec, seq) {
+            self.out.push_back(Output::CopyIn {
+                recv: e.recv,
+                data: e.data,
+            });
+            self.finish_recv(e.recv, e.outcome);
+        }
+    }
+
+    /// Receive `id`, posted as `spec`, takes unexpected message `seq`: handed back
+    /// complete with its payload if it can be ([`Engine::post_recv_early`]), its
+    /// completion queued otherwise.
+    #[inline(always)]
+    fn post_found(&mut self, id: RecvId, spec: &RecvSpec, seq: u64) -> Posting {
+        let e = self.unexpected.take(seq).expect("found");
+        if let (UData::Eager(_), false, true) = (&e.data, e.flags.sync, self.out.is_empty()) {
+            let (len, outcome) = Self::outcome_in(spec.capacity, e.src, e.tag, e.len);
+            let UData::Eager(mut data) = e.data else {
+                unreachable!("an eager message")
+            };
+            data.truncate(len as usize);
+            return Posting::Early(Early {
+                recv: id,
+                data,
+                outcome,
+            });
+        }
+        self.recvs.insert(id, RecvState::posted(spec, true));
+        self.deliver_unexpected(id, e);
+        Posting::Queued(id)
     }
 
     fn advertise(&mut self, id: RecvId, buf: RemoteBuf) {
@@ -1902,7 +2022,8 @@ impl Engine {
     ) {
         let data = match body {
             Body::Eager => UData::Eager(
-                bytes.expect("handle_head hands over matched sends only")[hl..].to_vec(),
+                self.spares
+                    .copy(&bytes.expect("handle_head hands over matched sends only")[hl..]),
             ),
             Body::Rndv(src) => UData::Rndv(src),
             Body::GetNow(src) => {

@@ -101,6 +101,6 @@ mod queues;
 mod types;
 pub mod wire;
 
-pub use engine::{Deliver, Engine, GetInto, Output, RecvSpec, SendSpec};
+pub use engine::{Deliver, Early, Engine, GetInto, Output, Posting, RecvSpec, SendSpec};
 pub use map::{Numbered, OneMap, Window};
 pub use types::*;

@@ -612,6 +612,22 @@ impl<K: Numbered, V> Window<K, V> {
         let window = (0..self.len).filter_map(|i| self.ring[self.at(i)].as_ref());
         self.behind.values().chain(window).map(|(k, v)| (k, v))
     }
+
+    /// The first entry, in number order, whose value `pred` holds for:
+    /// `iter().find(..)` without the chain, which a wildcard receive paid for at every
+    /// look while nothing was behind the window (the common case).
+    #[inline]
+    pub fn find(&self, mut pred: impl FnMut(&V) -> bool) -> Option<(&K, &V)> {
+        if !self.behind.is_empty() {
+            if let Some((k, v)) = self.behind.values().find(|(_, v)| pred(v)) {
+                return Some((k, v));
+            }
+        }
+        (0..self.len)
+            .filter_map(|i| self.ring[self.at(i)].as_ref())
+            .find(|(_, v)| pred(v))
+            .map(|(k, v)| (k, v))
+    }
 }
 
 impl<K: Numbered, V> std::ops::Index<&K> for Window<K, V> {

@@ -189,6 +189,62 @@ pub(crate) enum UData {
     Staged(Vec<u8>),
 }
 
+/// Payload buffers of small unexpected messages, kept for reuse. An eager message
+/// that arrives before its receive is copied into one ([`Spares::copy`]); the caller
+/// hands it back once it has copied the payload out ([`Engine::recycle`]), so a steady
+/// flow of early messages (a wildcard receiver behind its senders, a window posted
+/// late) allocates and frees nothing per message.
+///
+/// Not part of the protocol's state: two engines that differ only in their spares are
+/// equal, and hash alike, for the model checker.
+///
+/// [`Engine::recycle`]: crate::Engine::recycle
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Spares(Vec<Vec<u8>>);
+
+impl Spares {
+    /// Buffers kept at most.
+    const KEEP: usize = 256;
+    /// The largest buffer kept, in bytes, and the smallest one made.
+    const BIG: usize = 1024;
+    const SMALL: usize = 64;
+
+    /// `bytes` in a buffer of its own: a spare one if there is one.
+    #[inline(always)]
+    pub fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        if bytes.len() > Self::BIG {
+            return bytes.to_vec();
+        }
+        let mut v = match self.0.pop() {
+            Some(v) => v,
+            None => Vec::with_capacity(Self::SMALL),
+        };
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Keeps `v` for a later [`Spares::copy`] if it is small and there is room.
+    #[inline(always)]
+    pub fn keep(&mut self, mut v: Vec<u8>) {
+        if v.capacity() <= Self::BIG && v.capacity() > 0 && self.0.len() < Self::KEEP {
+            v.clear();
+            self.0.push(v);
+        }
+    }
+}
+
+impl PartialEq for Spares {
+    fn eq(&self, _: &Spares) -> bool {
+        true
+    }
+}
+
+impl Eq for Spares {}
+
+impl std::hash::Hash for Spares {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
 /// A message that arrived before its receive.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct UEntry {
@@ -237,9 +293,7 @@ impl Unexpected {
             return q.iter().copied().find(|seq| self.order.contains(*seq));
         }
         self.order
-            .iter()
-            .find(|(_, e)| e.ctx == ctx && src.matches(e.src) && tag.matches(e.tag))
-            .map(|(s, _)| s)
+            .find(|e| e.ctx == ctx && src.matches(e.src) && tag.matches(e.tag))
     }
 
     pub fn peek(&self, seq: u64) -> Option<&UEntry> {
@@ -318,6 +372,12 @@ impl Arrivals {
 
     fn take(&mut self, seq: u64) -> Option<UEntry> {
         self.entries.remove(&seq)
+    }
+
+    /// The oldest entry `pred` holds for.
+    #[inline]
+    fn find(&self, pred: impl FnMut(&UEntry) -> bool) -> Option<u64> {
+        self.entries.find(pred).map(|(s, _)| *s)
     }
 
     /// Every entry, oldest first.

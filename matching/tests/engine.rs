@@ -77,6 +77,9 @@ struct World {
     early: u64,
     /// Frames that `handle_common` (the small eager send's straight path) took.
     common: u64,
+    /// Where the buffer of each `Output::CopyIn` was, per rank, in order: the driver
+    /// hands each back with `Engine::recycle`, as rsmpi-core does.
+    copies: Vec<(Rank, usize)>,
 }
 
 /// The bytes of a message still arriving that a transport always has (the shared
@@ -105,6 +108,7 @@ impl World {
             seed: 0,
             early: 0,
             common: 0,
+            copies: vec![],
         }
     }
 
@@ -345,6 +349,8 @@ impl World {
                 Output::CopyIn { recv, data } => {
                     let addr = self.recv_addr[&(rank, recv)];
                     self.write(rank, addr, &data);
+                    self.copies.push((rank, data.as_ptr() as usize));
+                    self.eng[rank as usize].recycle(data);
                 }
                 Output::RecvDone { recv, outcome } => {
                     self.events.push(Event::Recv(rank, recv, outcome))
@@ -884,6 +890,81 @@ fn eager_and_rendezvous_fallback() {
             (st.direct_writes, st.eager_sends, st.rndv_sends),
             (0, eager as u64, !eager as u64)
         );
+    }
+}
+
+/// Early eager messages are copied into buffers the driver hands back
+/// (`Engine::recycle`): the next early message reuses one, with its own bytes only,
+/// however long the one before it was; a buffer longer than a small message's is not
+/// kept.
+#[test]
+fn early_messages_reuse_the_buffers_handed_back() {
+    let mut w = World::two(cfg(|c| c.eager_limit = 8192));
+    let mut ptrs = vec![];
+    for len in [40u64, 8, 0, 63, 1, 4000, 16, 5000, 2] {
+        let s = w.send(0, 1, 5, len, STD);
+        w.deliver_all(0, 1);
+        assert_eq!(w.eng[1].queue_lengths(), (0, 1), "len {len}: unexpected");
+        let r = w.post(1, R0, t(5), 8192);
+        w.run();
+        w.assert_received(1, r, 0, s, 5);
+        // nothing past the message was written, stale bytes of a longer one included
+        let buf = w.recv_bytes(1, r);
+        assert!(
+            buf[len as usize..].iter().all(|&b| b == GUARD_BYTE),
+            "len {len}: bytes past the message written"
+        );
+        let &(rank, p) = w.copies.last().expect("copied in");
+        assert_eq!(rank, 1);
+        ptrs.push((len, p));
+    }
+    // every small message after the first came in the first one's buffer; the big
+    // ones each in a buffer of their own, not kept
+    let first = ptrs[0].1;
+    for &(len, p) in &ptrs[1..] {
+        assert_eq!(p == first, len <= 1024, "len {len}");
+    }
+}
+
+/// `post_recv_early`: a receive that takes an eager message already here comes back
+/// complete, with the payload cut to its capacity and no output queued; one that takes
+/// a synchronous message (its sender waits for the answer) or a rendezvous one is
+/// queued and completes through the outputs, as with `post_recv`.
+#[test]
+fn early_receive_comes_back_with_its_payload() {
+    let mut w = World::two(cfg(|c| c.eager_limit = 64));
+    let s = w.send(0, 1, 5, 40, STD);
+    w.deliver_all(0, 1);
+    let (spec, _) = w.recv_spec(1, R0, t(5), 0, 16, true);
+    match w.eng[1].post_recv_early(spec).expect("valid receive") {
+        Posting::Early(e) => {
+            assert_eq!(e.data, w.payload(0, s)[..16]);
+            let want = RecvOutcome::Received {
+                source: 0,
+                tag: 5,
+                len: 16,
+                truncated_from: Some(40),
+            };
+            assert_eq!(e.outcome, want);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!w.eng[1].has_output(), "no output for an early receive");
+    assert_eq!(w.eng[1].queue_lengths(), (0, 0));
+
+    for (tag, len, mode) in [(6, 8, SendMode::Synchronous), (7, 100, STD)] {
+        let s = w.send(0, 1, tag, len, mode);
+        w.deliver_all(0, 1);
+        let (spec, addr) = w.recv_spec(1, R0, t(tag), 0, 128, true);
+        let r = match w.eng[1].post_recv_early(spec).expect("valid receive") {
+            Posting::Queued(r) => r,
+            other => panic!("tag {tag}: {other:?}"),
+        };
+        w.recv_addr.insert((1, r), addr);
+        w.drain(1);
+        w.run();
+        w.assert_received(1, r, 0, s, tag);
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent), "tag {tag}");
     }
 }
 

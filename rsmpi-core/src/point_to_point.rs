@@ -181,7 +181,64 @@ pub(crate) fn start_recv<W: tools::Mode>(
     tag: TagSel,
     dst: RecvDst,
 ) -> Result<Key> {
+    // a message that came before its receive: taken out of line (the common case, a
+    // receive posted in time, as it was)
+    if s.engine.has_unexpected() {
+        return start_recv_early::<W>(s, ctx, source, tag, dst);
+    }
     let mut dst = dst;
+    let (spec, buf, registered) = recv_spec(s, ctx, source, tag, &mut dst)?;
+    let id = s.engine.post_recv_in_time(spec)?;
+    Ok(recv_posted::<W>(
+        s,
+        id,
+        (ctx, source, tag),
+        dst,
+        registered.then_some(buf),
+    ))
+}
+
+/// [`start_recv`] while messages wait for their receives: one that takes a message
+/// already here completes at once, with no queue between
+/// ([`matching::Posting::Early`], [`progress::State::early_done`]).
+#[inline(never)]
+fn start_recv_early<W: tools::Mode>(
+    s: &mut progress::State,
+    ctx: u32,
+    source: Src,
+    tag: TagSel,
+    dst: RecvDst,
+) -> Result<Key> {
+    let mut dst = dst;
+    let (spec, buf, registered) = recv_spec(s, ctx, source, tag, &mut dst)?;
+    let exposed = registered.then_some(buf);
+    match s.engine.post_recv_early(spec)? {
+        matching::Posting::Queued(id) => {
+            Ok(recv_posted::<W>(s, id, (ctx, source, tag), dst, exposed))
+        }
+        matching::Posting::Early(e) => {
+            let id = e.recv;
+            if let (true, Some(t)) = (W::ON, s.tools_mut()) {
+                t.posted(id, ctx, source, tag);
+            }
+            s.early_done::<W>(e, dst, exposed);
+            s.run_outputs();
+            Ok(Key::Recv(id))
+        }
+    }
+}
+
+/// The engine's description of a receive into `dst` (on `ctx`, from `source` with
+/// `tag`), and its buffer as the transport sees it, registered (`true`) if the
+/// receive may be advertised.
+#[inline(always)]
+fn recv_spec(
+    s: &mut progress::State,
+    ctx: u32,
+    source: Src,
+    tag: TagSel,
+    dst: &mut RecvDst,
+) -> Result<(RecvSpec, transport::RemoteBuf, bool)> {
     let bytes = dst.bytes(&mut s.regions).expect("lent mutably");
     let (addr, len) = (bytes.as_mut_ptr() as usize, bytes.len());
     let (buf, registered) = s.expose_if(|s| s.recv_is_advertised(source, len), addr, len)?;
@@ -192,11 +249,23 @@ pub(crate) fn start_recv<W: tools::Mode>(
         capacity: len as u64,
         buf: Some(progress::to_matching(buf)),
     };
-    let id = s.engine.post_recv(spec)?;
+    Ok((spec, buf, registered))
+}
+
+/// Receive `id` (on `ctx`, from `source` with `tag`) is posted into `dst`
+/// (`exposed`: its buffer, registered): the tools see it, and the library keeps it.
+#[inline(always)]
+fn recv_posted<W: tools::Mode>(
+    s: &mut progress::State,
+    id: RecvId,
+    (ctx, source, tag): (u32, Src, TagSel),
+    dst: RecvDst,
+    exposed: Option<transport::RemoteBuf>,
+) -> Key {
     if let (true, Some(t)) = (W::ON, s.tools_mut()) {
         t.posted(id, ctx, source, tag);
     }
-    if registered {
+    if let Some(buf) = exposed {
         s.exposed(Key::Recv(id), buf);
     }
     if let Some(r) = dst.region() {
@@ -204,7 +273,7 @@ pub(crate) fn start_recv<W: tools::Mode>(
     }
     s.recvs.insert(id, dst);
     s.run_outputs();
-    Ok(Key::Recv(id))
+    Key::Recv(id)
 }
 
 /// Bytes of one element for the receive's "whole number of elements" check (0: none).

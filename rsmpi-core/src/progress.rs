@@ -568,6 +568,41 @@ impl State {
         (engine, &mut **transport, fin)
     }
 
+    /// Receive `e.recv`, into `dst`, took a message that was here before it
+    /// ([`matching::Posting::Early`]): copies the payload in and completes the
+    /// receive, as the outputs `CopyIn` and `RecvDone` would, without the queue.
+    /// `exposed`: the receive's buffer was registered for it (undone now). `W`
+    /// as for [`Finish::deliver`].
+    #[inline(always)]
+    pub(crate) fn early_done<W: crate::tools::Mode>(
+        &mut self,
+        e: matching::Early,
+        mut dst: RecvDst,
+        exposed: Option<transport::RemoteBuf>,
+    ) {
+        let matching::Early {
+            recv,
+            data,
+            outcome,
+        } = e;
+        match dst.bytes(&mut self.regions) {
+            Some(b) => b[..data.len()].copy_from_slice(&data),
+            None => self.fatal("copy", &"receive without buffer"),
+        }
+        self.engine.recycle(data);
+        self.recvs.complete(recv, outcome);
+        let (_, transport, mut fin) = self.parts();
+        if W::ON && !cfg!(rsmpi_tools_out) && fin.tools.is_some() {
+            fin.received(recv);
+        }
+        if let RecvDst::Owned(v) = dst {
+            fin.owned(recv, outcome, v);
+        }
+        if let Some(b) = exposed {
+            transport.unexpose(b);
+        }
+    }
+
     /// Undoes the exposures of receives that completed inside a poll.
     #[inline]
     fn unexpose_finished(&mut self) {
@@ -1004,6 +1039,7 @@ impl State {
                         Some(dst) => dst[..data.len()].copy_from_slice(&data),
                         None => self.fatal("copy", &"receive without buffer"),
                     }
+                    self.engine.recycle(data);
                 }
                 Output::RecvDone { recv, outcome } => {
                     let (_, _, mut fin) = self.parts();
