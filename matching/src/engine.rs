@@ -831,9 +831,10 @@ impl Engine {
     /// driver sees completions in the order the queue would have given them.
     ///
     /// Out of line: a driver calls it when [`Engine::has_unexpected`] says there is
-    /// something to take, and [`Engine::post_recv`] otherwise. `post_recv` takes a
-    /// message through the same decision ([`Engine::post_found_queued`]), so the
-    /// model checker, which posts with `post_recv`, runs it.
+    /// something to take, and [`Engine::post_recv_in_time`] otherwise. `post_recv`
+    /// takes a message through the same decision, then queues an early receive's
+    /// completion as outputs, so the model checker, which posts with `post_recv`,
+    /// runs it.
     #[inline(never)]
     pub fn post_recv_early(&mut self, spec: RecvSpec) -> Result<Posting, CallError> {
         let id = self.new_recv(&spec)?;
