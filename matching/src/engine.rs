@@ -1261,8 +1261,9 @@ impl Engine {
         }
     }
 
-    /// `MPI_Iprobe`: the envelope of the earliest unexpected message matching.
-    pub fn probe(&self, source: Source, tag: TagSel, ctx: Ctx) -> Option<Envelope> {
+    /// `MPI_Iprobe`: the envelope of the earliest unexpected message matching. (`&mut`:
+    /// a look into many waiting messages may build their index.)
+    pub fn probe(&mut self, source: Source, tag: TagSel, ctx: Ctx) -> Option<Envelope> {
         let seq = self.unexpected.find(ctx, source, tag)?;
         let e = self.unexpected.peek(seq)?;
         Some(Envelope {

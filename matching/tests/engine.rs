@@ -1856,7 +1856,7 @@ fn probe_mprobe_mrecv() {
     let s6 = w.send(0, 1, 6, 100, STD);
     assert_eq!(w.eng[1].probe(R0, t(5), 0), None);
     w.run();
-    let e = &w.eng[1];
+    let e = &mut w.eng[1];
     assert_eq!(
         e.probe(R0, t(6), 0),
         Some(Envelope {

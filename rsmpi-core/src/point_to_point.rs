@@ -219,9 +219,9 @@ fn start_recv_early<W: tools::Mode>(
         matching::Posting::Early(e) => {
             let id = e.recv;
             if let (true, Some(t)) = (W::ON, s.tools_mut()) {
-                t.posted(id, ctx, source, tag);
+                t.posted_done(ctx, source, tag, &e.outcome);
             }
-            s.early_done::<W>(e, dst, exposed);
+            s.early_done(e, dst, exposed);
             s.run_outputs();
             Ok(Key::Recv(id))
         }

@@ -208,6 +208,13 @@ impl RecvTable {
         }
     }
 
+    /// Receive `id`, not in the table, completed with `outcome` as it was posted.
+    #[inline(always)]
+    pub fn insert_done(&mut self, id: RecvId, outcome: RecvOutcome) {
+        debug_assert!(self.0.get(&id).is_none(), "receive {id:?} is in the table");
+        self.0.insert(id, RecvSlot::Done(outcome));
+    }
+
     /// Copies `data` into pending receive `id`'s buffer and, given its completion
     /// (`done`), completes it in the same slot: one lookup for both. Where its message
     /// went when it completed (as [`RecvTable::complete`]); `Err` if the receive has
@@ -571,10 +578,10 @@ impl State {
     /// Receive `e.recv`, into `dst`, took a message that was here before it
     /// ([`matching::Posting::Early`]): copies the payload in and completes the
     /// receive, as the outputs `CopyIn` and `RecvDone` would, without the queue.
-    /// `exposed`: the receive's buffer was registered for it (undone now). `W`
-    /// as for [`Finish::deliver`].
+    /// `exposed`: the receive's buffer was registered for it (undone now). The
+    /// tools saw it posted and done already ([`crate::tools::Tools::posted_done`]).
     #[inline(always)]
-    pub(crate) fn early_done<W: crate::tools::Mode>(
+    pub(crate) fn early_done(
         &mut self,
         e: matching::Early,
         mut dst: RecvDst,
@@ -590,11 +597,8 @@ impl State {
             None => self.fatal("copy", &"receive without buffer"),
         }
         self.engine.recycle(data);
-        self.recvs.complete(recv, outcome);
+        self.recvs.insert_done(recv, outcome);
         let (_, transport, mut fin) = self.parts();
-        if W::ON && !cfg!(rsmpi_tools_out) && fin.tools.is_some() {
-            fin.received(recv);
-        }
         if let RecvDst::Owned(v) = dst {
             fin.owned(recv, outcome, v);
         }

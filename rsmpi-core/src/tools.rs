@@ -186,6 +186,23 @@ impl Tools {
         }
     }
 
+    /// A receive was posted (as [`Tools::posted`]) and completed with `outcome` at
+    /// once, taking a message that was here before it: what `posted` and
+    /// [`Tools::received`] would record, without keeping the receive in between (the
+    /// deadlock checker keeps only receives that wait, and this one never did).
+    #[inline(always)]
+    pub fn posted_done(&mut self, ctx: u32, source: Source, tag: TagSel, outcome: &RecvOutcome) {
+        if self.busy {
+            return;
+        }
+        if let Some(t) = &mut self.trace {
+            t.posted_done(ctx, outcome);
+        }
+        if let Some(r) = &mut self.notes {
+            r.posted_done(ctx, source, tag, self.call, outcome);
+        }
+    }
+
     /// Receive `id` matched the message `source` sent with `tag`, and completes later
     /// (the engine's `Output::Matched`: its data is read after the match): the tracer
     /// and the checkers number it on its channel now, in the order MPI matched it, not

@@ -829,16 +829,56 @@ impl Notes {
 
     #[inline(always)]
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel, call: Call) {
+        if let Some(at) = self.record(ctx, source, tag, call) {
+            self.posted.insert(id, at);
+        }
+    }
+
+    /// Records a receive posted on `ctx` from `source` with `tag` in `call`, with the
+    /// type signature expected of it (taken); its number in the slab, unless it is on
+    /// a context of the library's own (not recorded).
+    #[inline(always)]
+    fn record(&mut self, ctx: u32, source: Src, tag: TagSel, call: Call) -> Option<u32> {
         let ty = self.next_type.take().map(Box::new);
-        if ctx & INTERNAL == 0 {
-            let at = self.slab.insert(Posted {
+        (ctx & INTERNAL == 0).then(|| {
+            self.slab.insert(Posted {
                 ctx,
                 source,
                 tag,
                 call,
                 ty,
+            })
+        })
+    }
+
+    /// A receive was posted and completed with `outcome` at once (`Tools::posted_done`):
+    /// [`Notes::posted`] and [`Notes::received`] in one, with no entry in `posted`.
+    #[inline(always)]
+    pub fn posted_done(
+        &mut self,
+        ctx: u32,
+        source: Src,
+        tag: TagSel,
+        call: Call,
+        outcome: &RecvOutcome,
+    ) {
+        let RecvOutcome::Received {
+            source: from,
+            tag: took,
+            ..
+        } = *outcome
+        else {
+            self.next_type = None;
+            return;
+        };
+        if let Some(at) = self.record(ctx, source, tag, call) {
+            let seq = self.received.next_received((from, ctx, took));
+            self.events.push(Event::Recv {
+                at,
+                src: from,
+                tag: took,
+                seq,
             });
-            self.posted.insert(id, at);
         }
     }
 

@@ -299,6 +299,14 @@ impl Tracer {
         }
     }
 
+    /// A receive on `ctx` was posted and completed with `outcome` at once
+    /// (`Tools::posted_done`): [`Tracer::posted`] and [`Tracer::received`] in one.
+    pub fn posted_done(&mut self, ctx: u32, outcome: &RecvOutcome) {
+        if self.recording() {
+            self.push_received(ctx, outcome, None);
+        }
+    }
+
     /// Receive `id` matched a message from `source` with `tag` whose data comes later
     /// (`Tools::matched`): numbered now.
     pub fn matched(&mut self, id: RecvId, source: u32, tag: i32) {
@@ -332,6 +340,16 @@ impl Tracer {
         let Some(ctx) = self.recv_ctx.remove(&id) else {
             return;
         };
+        if let RecvOutcome::Received { .. } = outcome {
+            let seq = self.early.take(id.0);
+            self.push_received(ctx, outcome, seq);
+        }
+    }
+
+    /// The `Recv` record of a receive on `ctx` that completed with `outcome`: its
+    /// number on its channel is `seq` if it was numbered when it matched, the next
+    /// one otherwise.
+    fn push_received(&mut self, ctx: u32, outcome: &RecvOutcome, seq: Option<u64>) {
         if let RecvOutcome::Received {
             source,
             tag,
@@ -339,10 +357,7 @@ impl Tracer {
             truncated_from,
         } = *outcome
         {
-            let seq = match self.early.take(id.0) {
-                Some(n) => n,
-                None => self.received.next_received((source, ctx, tag)),
-            };
+            let seq = seq.unwrap_or_else(|| self.received.next_received((source, ctx, tag)));
             self.push(
                 Kind::Recv,
                 0,
