@@ -1,13 +1,24 @@
 //! One-way latency of messages (8 bytes, or `--size=N`) over the shared-memory rings,
 //! measured by ping-pong between two processes (this binary re-executed as rank 0 and
-//! rank 1).
+//! rank 1). The receiver reads only the message's length, unless `--copy` is given:
+//! then it copies each message out of the ring once the whole of it is there (the
+//! library copies a streamed record of 8 KiB or more fragment by fragment as it lands,
+//! so its own 8–64 KiB figures are lower).
 //!
 //! ```text
-//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw] [--size=N] [--window]
+//! cargo run --release -p rsmpi-transport-shm --example ring_pingpong -- [ROUND_TRIPS] [RUNS] [--no-pin] [--raw] [--size=N] [--window] [--copy] [--cma]
 //! ```
 //!
 //! `--raw` additionally measures the floor under the same conditions: two threads
 //! bouncing one cache-line-sized atomic counter (no ring, no transport).
+//!
+//! `--cma` measures a single copy instead, the floor of a rendezvous: each message is
+//! an 8-byte record naming nothing (the sender's buffer was exposed once, before the
+//! loop), the receiver reads the `--size` bytes with the transport's `get`
+//! (`process_vm_readv`: `RSMPI_SHM_READ=cma` is set for both ranks) and answers with
+//! an 8-byte record, and only then does the sender go on. Run next to the plain mode,
+//! it shows in which state of the machine one copy beats the ring's two for 16–64 KiB
+//! (docs/performance.md, "16–64 KiB in the machine's two states").
 //!
 //! `--window` measures the rings' message rate instead: rank 0 sends windows of 64
 //! messages, rank 1 answers each window with one (`rsmpi-bench bw`'s pattern with
@@ -53,7 +64,11 @@ fn main() {
         if args.iter().any(|a| a == "--window") {
             return windows(&mut t, iters, runs, size);
         }
-        return ping_pong(&mut t, iters, runs, size);
+        if args.iter().any(|a| a == "--cma") {
+            return single_copy(&mut t, iters, runs, size);
+        }
+        let copy = args.iter().any(|a| a == "--copy");
+        return ping_pong(&mut t, iters, runs, size, copy);
     }
 
     if args.iter().any(|a| a == "--raw") {
@@ -68,6 +83,11 @@ fn main() {
             Command::new(&exe)
                 .args(args.iter().filter(|a| *a != "--raw"))
                 .env(ENV, format!("{r} {} {job}", dir.display()))
+                .envs(
+                    args.iter()
+                        .any(|a| a == "--cma")
+                        .then_some((transport_shm::ENV_READ, "cma")),
+                )
                 .spawn()
                 .expect("spawn rank")
         })
@@ -79,15 +99,21 @@ fn main() {
     std::process::exit(if ok { 0 } else { 1 });
 }
 
-fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
+fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize, copy: bool) {
     let me = t.rank();
     let peer = 1 - me;
-    let msg = vec![0u8; size];
-    let wait_one = |t: &mut ShmTransport| {
+    let msg = vec![me as u8 + 1; size];
+    let mut dst = vec![0u8; size];
+    // `--copy`: the receiver copies each message out, as the library does (but whole)
+    let wait_one = |t: &mut ShmTransport, dst: &mut [u8]| {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut spins = 0u32;
         loop {
-            if t.poll(1, &mut |_, m| assert_eq!(m.len(), size)).unwrap() == 1 {
+            let got = t.poll(1, &mut |_, m| match copy {
+                true => dst.copy_from_slice(m),
+                false => assert_eq!(m.len(), size),
+            });
+            if got.unwrap() == 1 {
                 return;
             }
             spins = spins.wrapping_add(1);
@@ -100,32 +126,130 @@ fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
             }
         }
     };
+    let one_way = one_way_times(iters, runs, || {
+        if me == 0 {
+            t.try_send(peer, &[], &msg).unwrap();
+            wait_one(t, &mut dst);
+        } else {
+            wait_one(t, &mut dst);
+            t.try_send(peer, &[], &msg).unwrap();
+        }
+    });
+    assert!(
+        !copy || dst.iter().all(|&b| b == peer as u8 + 1),
+        "payload corrupted"
+    );
+    if me == 0 {
+        print_median(&format!("shm ping-pong, {size} B"), &one_way, iters);
+    }
+}
+
+/// Times `runs` runs of `iters` round trips of `round`, after one run not counted (a
+/// warm-up: page faults, caches): the one-way time of each run in ns, sorted.
+fn one_way_times(iters: u64, runs: usize, mut round: impl FnMut()) -> Vec<f64> {
     let mut one_way = Vec::with_capacity(runs);
-    // Run 0 is a warm-up (page faults, caches) and is not counted.
     for run in 0..=runs {
         let start = Instant::now();
         for _ in 0..iters {
-            if me == 0 {
-                t.try_send(peer, &[], &msg).unwrap();
-                wait_one(t);
-            } else {
-                wait_one(t);
-                t.try_send(peer, &[], &msg).unwrap();
-            }
+            round();
         }
         if run > 0 {
             one_way.push(start.elapsed().as_secs_f64() * 1e9 / (2 * iters) as f64);
         }
     }
+    one_way.sort_by(f64::total_cmp);
+    one_way
+}
+
+/// Prints the median, least and most of the sorted one-way times `one_way`.
+fn print_median(what: &str, one_way: &[f64], iters: u64) {
+    println!(
+        "{what}: one-way latency median {:.1} ns over {} runs of {iters} round trips \
+         (min {:.1} ns, max {:.1} ns)",
+        one_way[one_way.len() / 2],
+        one_way.len(),
+        one_way[0],
+        one_way[one_way.len() - 1]
+    );
+}
+
+/// Polls until one message of `len` bytes has come (panics after 30 s).
+fn wait_for(t: &mut ShmTransport, len: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut spins = 0u32;
+    while t.poll(1, &mut |_, m| assert_eq!(m.len(), len)).unwrap() == 0 {
+        spins = spins.wrapping_add(1);
+        if spins % 1024 == 0 && Instant::now() > deadline {
+            panic!("rank {}: peer stopped answering", t.rank());
+        }
+    }
+}
+
+/// `--cma`: a ping-pong of single copies. The sender sends an 8-byte record and waits
+/// for the 8-byte answer that its buffer has been read; the receiver reads the buffer
+/// (exposed once, before the loop) with `get`, then answers. Prints the median
+/// one-way time, as [`ping_pong`] does.
+fn single_copy(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
+    let me = t.rank();
+    let peer = 1 - me;
+    let src = vec![me as u8 + 1; size];
+    let mut dst = vec![0u8; size];
+    let mine = t.expose(src.as_ptr() as usize, size).unwrap();
+    let desc: Vec<u8> = [mine.addr, mine.len, mine.key]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    while t.try_send(peer, &[], &desc).is_err() {}
+    let mut theirs = None;
+    while theirs.is_none() {
+        t.poll(1, &mut |_, m| {
+            let w = |i: usize| u64::from_le_bytes(m[8 * i..8 * i + 8].try_into().unwrap());
+            theirs = Some(transport::RemoteBuf {
+                addr: w(0),
+                len: w(1),
+                key: w(2),
+            });
+        })
+        .unwrap();
+    }
+    let theirs = theirs.unwrap();
+    let read = |t: &mut ShmTransport, dst: &mut [u8]| {
+        wait_for(t, 8);
+        match t.get(peer, dst, theirs, 0, 0).unwrap() {
+            transport::Posted::Done => {}
+            transport::Posted::Pending => {
+                let mut done = false;
+                while !done {
+                    t.poll_done(&mut |_, r| {
+                        r.unwrap();
+                        done = true;
+                    })
+                    .unwrap();
+                }
+            }
+        }
+        while t.try_send(peer, &[], &[0u8; 8]).is_err() {}
+    };
+    let send = |t: &mut ShmTransport| {
+        while t.try_send(peer, &[], &[0u8; 8]).is_err() {}
+        wait_for(t, 8);
+    };
+    let one_way = one_way_times(iters, runs, || {
+        if me == 0 {
+            send(t);
+            read(t, &mut dst);
+        } else {
+            read(t, &mut dst);
+            send(t);
+        }
+    });
+    assert!(
+        dst.iter().all(|&b| b == peer as u8 + 1),
+        "payload corrupted"
+    );
     if me == 0 {
-        one_way.sort_by(f64::total_cmp);
-        let med = one_way[one_way.len() / 2];
-        println!(
-            "shm ping-pong, {size} B: one-way latency median {med:.1} ns over {runs} runs of {iters} round trips \
-             (min {:.1} ns, max {:.1} ns)",
-            one_way[0],
-            one_way[one_way.len() - 1]
-        );
+        let what = format!("shm single copies (process_vm_readv), {size} B");
+        print_median(&what, &one_way, iters);
     }
 }
 
