@@ -106,25 +106,10 @@ fn ping_pong(t: &mut ShmTransport, iters: u64, runs: usize, size: usize, copy: b
     let mut dst = vec![0u8; size];
     // `--copy`: the receiver copies each message out, as the library does (but whole)
     let wait_one = |t: &mut ShmTransport, dst: &mut [u8]| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut spins = 0u32;
-        loop {
-            let got = t.poll(1, &mut |_, m| match copy {
-                true => dst.copy_from_slice(m),
-                false => assert_eq!(m.len(), size),
-            });
-            if got.unwrap() == 1 {
-                return;
-            }
-            spins = spins.wrapping_add(1);
-            if spins > 2_000 {
-                // Probably sharing a core with the peer (or others): let it run.
-                std::thread::yield_now();
-                if spins % 1024 == 0 && Instant::now() > deadline {
-                    panic!("rank {me}: peer stopped answering");
-                }
-            }
-        }
+        wait_for(t, &mut |m| match copy {
+            true => dst.copy_from_slice(m),
+            false => assert_eq!(m.len(), size),
+        })
     };
     let one_way = one_way_times(iters, runs, || {
         if me == 0 {
@@ -173,14 +158,19 @@ fn print_median(what: &str, one_way: &[f64], iters: u64) {
     );
 }
 
-/// Polls until one message of `len` bytes has come (panics after 30 s).
-fn wait_for(t: &mut ShmTransport, len: usize) {
+/// Polls until one message has come, handing it to `f`; yields the CPU after a while
+/// (probably sharing a core with the peer, or others: let it run) and panics after
+/// 30 s.
+fn wait_for(t: &mut ShmTransport, f: &mut dyn FnMut(&[u8])) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut spins = 0u32;
-    while t.poll(1, &mut |_, m| assert_eq!(m.len(), len)).unwrap() == 0 {
+    while t.poll(1, &mut |_, m| f(m)).unwrap() == 0 {
         spins = spins.wrapping_add(1);
-        if spins % 1024 == 0 && Instant::now() > deadline {
-            panic!("rank {}: peer stopped answering", t.rank());
+        if spins > 2_000 {
+            std::thread::yield_now();
+            if spins % 1024 == 0 && Instant::now() > deadline {
+                panic!("rank {}: peer stopped answering", t.rank());
+            }
         }
     }
 }
@@ -214,7 +204,7 @@ fn single_copy(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
     }
     let theirs = theirs.unwrap();
     let read = |t: &mut ShmTransport, dst: &mut [u8]| {
-        wait_for(t, 8);
+        wait_for(t, &mut |m| assert_eq!(m.len(), 8));
         match t.get(peer, dst, theirs, 0, 0).unwrap() {
             transport::Posted::Done => {}
             transport::Posted::Pending => {
@@ -232,7 +222,7 @@ fn single_copy(t: &mut ShmTransport, iters: u64, runs: usize, size: usize) {
     };
     let send = |t: &mut ShmTransport| {
         while t.try_send(peer, &[], &[0u8; 8]).is_err() {}
-        wait_for(t, 8);
+        wait_for(t, &mut |m| assert_eq!(m.len(), 8));
     };
     let one_way = one_way_times(iters, runs, || {
         if me == 0 {
