@@ -146,6 +146,12 @@ pub struct SendSpec {
     pub mode: SendMode,
     /// The (contiguous) send buffer, exposed for the receiver's one-sided read.
     pub buf: RemoteBuf,
+    /// The transport's advice that a message this large is cheaper read once by its
+    /// receiver than carried eagerly: a standard send above
+    /// [`Config::lone_read_above`] with this set is read at once by its receiver (a
+    /// get-now request) when it is lone (nothing else of this rank's in flight to
+    /// `dest`; docs/protocol.md rule 18).
+    pub read_if_lone: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -446,6 +452,10 @@ impl std::hash::Hash for Blockers {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Engine {
     cfg: Config,
+    /// The largest eager payload the send fast path takes: the eager limit, or
+    /// [`Config::lone_read_above`] if lower (a larger send may be read if lone, which
+    /// [`Engine::start_send`] decides).
+    fast_limit: u64,
     me: Rank,
     size: u32,
     peers: Vec<Peer>,
@@ -498,6 +508,7 @@ impl Engine {
         };
         Engine {
             cfg,
+            fast_limit: cfg.eager_limit.min(cfg.lone_read_above),
             me,
             size,
             peers: vec![peer; size as usize],
@@ -1436,11 +1447,24 @@ impl Engine {
             sync: spec.mode == SendMode::Synchronous,
             ready: spec.mode == SendMode::Ready,
         };
-        let eager = self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit;
+        // (`p.waiting` holds this send already: lone if it is the only one)
+        let fits = self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit;
+        let lone = fits
+            && spec.read_if_lone
+            && p.waiting.len() == 1
+            && Self::lone(&self.cfg, self.me, p, &spec);
+        if lone {
+            self.stats.lone_reads += 1;
+        }
+        let eager = fits && !lone;
+        // a lone send is read at once, into a staging buffer if no receive takes it
+        // yet: it completes as the eager send it replaces would, whether or not its
+        // receive is posted (two ranks that both send before they receive still meet)
+        let now = self.cfg.protocol == RecvProtocol::Get || lone;
         let body = if eager {
             self.stats.eager_sends += 1;
             Body::Eager
-        } else if self.cfg.protocol == RecvProtocol::Get && !flags.sync && !flags.ready {
+        } else if now && !flags.sync && !flags.ready {
             self.stats.rndv_sends += 1;
             Body::GetNow(spec.buf)
         } else {
@@ -1467,6 +1491,26 @@ impl Engine {
             },
         );
         Ok(id)
+    }
+
+    /// Whether a standard send of `spec` (advised `read_if_lone`, to `p`, with no
+    /// other send of this rank's waiting for a reply from it: the caller checks both)
+    /// is read by its receiver
+    /// although the eager limit would carry it ([`Config::lone_read_above`]): it is
+    /// large enough, and nothing of this rank's is in flight to `p` (nothing queued,
+    /// every credit back but those of a few control messages not answered yet: a
+    /// ping-pong's reply, a rendezvous' done). The first send of a stream is lone,
+    /// the ones that follow it while it is in flight are not.
+    #[inline(always)]
+    fn lone(cfg: &Config, me: Rank, p: &Peer, spec: &SendSpec) -> bool {
+        /// Credits a lone send may find missing: control messages the peer has not
+        /// answered yet (each costs one).
+        const SLACK: u32 = 4;
+        spec.len > cfg.lone_read_above
+            && spec.mode == SendMode::Standard
+            && spec.dest != me
+            && p.outbox.is_empty()
+            && p.credits.saturating_add(SLACK) >= cfg.credits
     }
 
     /// The fast path of a standard send whose message can leave at once and carries its
@@ -1502,7 +1546,7 @@ impl Engine {
                 msg_len: spec.len,
             };
             (msg, len, cost)
-        } else if cfg.protocol == RecvProtocol::Eager && spec.len <= cfg.eager_limit {
+        } else if cfg.protocol == RecvProtocol::Eager && spec.len <= self.fast_limit {
             let cost = cfg.credit_cost(spec.len);
             if p.credits < cost {
                 return Ok(None);
@@ -1560,6 +1604,7 @@ impl Engine {
     ///     ctx: 0,
     ///     len: 4,
     ///     mode: SendMode::Standard,
+    ///     read_if_lone: false,
     ///     buf: RemoteBuf::default(),
     /// };
     /// let d = e.send_to_self(&spec).unwrap().expect("the receive is posted");

@@ -211,6 +211,15 @@ pub struct Config {
     /// either way, so advertising such a receive only adds its receive request; rsmpi
     /// sets this to the eager limit. 0 = advertise receives of every size.
     pub advertise_above: u64,
+    /// A standard send of more than this many bytes that its driver marks
+    /// (`SendSpec::read_if_lone`, the transport's advice) goes as a get-now request
+    /// (its receiver reads it at once, into the receive or a staging buffer) although
+    /// the eager limit would carry it, when it is
+    /// *lone*: nothing of this rank's is in flight to the destination (no send waiting
+    /// for a reply, none queued, every credit but a few control messages' back). A
+    /// stream of sends keeps the eager channel after its first. The receiver takes
+    /// either kind of send request, so ranks may differ. `u64::MAX` = never.
+    pub lone_read_above: u64,
     #[doc(hidden)]
     pub mutation: Mutation,
 }
@@ -228,6 +237,7 @@ impl Default for Config {
             adapt_after: 4,
             adapt_pause: 64,
             advertise_above: 0,
+            lone_read_above: u64::MAX,
             mutation: Mutation::None,
         }
     }
@@ -339,6 +349,9 @@ pub struct Stats {
     pub eager_sends: u64,
     /// Sends that went as a rendezvous send request (receiver reads).
     pub rndv_sends: u64,
+    /// Of those, lone sends the eager limit would have carried
+    /// ([`Config::lone_read_above`]).
+    pub lone_reads: u64,
     /// Receive requests advertised to senders.
     pub advertised: u64,
     /// Advertised receives consumed at the sender by the crossing rule.
@@ -353,11 +366,12 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "direct={} (inline {}) eager={} rndv={} advertised={} crossed={} paused={} credit_stalls={}",
+            "direct={} (inline {}) eager={} rndv={} (lone {}) advertised={} crossed={} paused={} credit_stalls={}",
             self.direct_writes,
             self.inline_writes,
             self.eager_sends,
             self.rndv_sends,
+            self.lone_reads,
             self.advertised,
             self.crossed,
             self.paused,

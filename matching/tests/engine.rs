@@ -80,6 +80,8 @@ struct World {
     /// Where the buffer of each `Output::CopyIn` was, per rank, in order: the driver
     /// hands each back with `Engine::recycle`, as rsmpi-core does.
     copies: Vec<(Rank, usize)>,
+    /// The transport's advice on every send (`SendSpec::read_if_lone`).
+    read_if_lone: bool,
 }
 
 /// The bytes of a message still arriving that a transport always has (the shared
@@ -109,6 +111,7 @@ impl World {
             early: 0,
             common: 0,
             copies: vec![],
+            read_if_lone: false,
         }
     }
 
@@ -257,6 +260,7 @@ impl World {
             ctx: 0,
             len,
             mode,
+            read_if_lone: self.read_if_lone,
             buf: RemoteBuf { addr, len, key: 0 },
         };
         let id = self.eng[rank as usize].start_send(spec)?;
@@ -624,6 +628,62 @@ fn t(x: Tag) -> TagSel {
 }
 
 // ---------------------------------------------------------------------- paths
+
+/// `Config::lone_read_above`: a standard send above it that the transport advises
+/// reading goes by rendezvous when nothing else of its sender's is in flight to the
+/// receiver; a stream keeps the eager path after its first send; every message
+/// arrives whole either way.
+#[test]
+fn lone_sends_are_read_and_streams_stay_eager() {
+    let mut w = World::two(cfg(|c| {
+        c.lone_read_above = 32;
+        // receives not advertised: the sends go as send requests
+        c.advertise_above = 64;
+    }));
+    w.read_if_lone = true;
+    let paths = |w: &World| {
+        let s = w.stats(0);
+        (s.lone_reads, s.rndv_sends, s.eager_sends)
+    };
+    // a lone send of 48 bytes, its receive posted after it arrived: read
+    let s = w.send(0, 1, 1, 48, STD);
+    w.run();
+    let r = w.post(1, R0, t(1), 64);
+    w.run();
+    w.assert_received(1, r, 0, s, 1);
+    assert_eq!(paths(&w), (1, 1, 0));
+    // a burst of three: the first lone, the others eager while it waits for its read
+    let sends: Vec<SendId> = (0..3).map(|_| w.send(0, 1, 2, 48, STD)).collect();
+    assert_eq!(paths(&w), (2, 2, 2));
+    w.run();
+    for &s in &sends {
+        let r = w.post(1, R0, t(2), 64);
+        w.run();
+        w.assert_received(1, r, 0, s, 2);
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    }
+    // at the limit, synchronous, or without the advice: not a lone read
+    let s32 = w.send(0, 1, 3, 32, STD);
+    w.run();
+    let ssync = w.send(0, 1, 3, 48, SendMode::Synchronous);
+    w.run();
+    w.read_if_lone = false;
+    let s48 = w.send(0, 1, 3, 48, STD);
+    w.run();
+    for (s, len) in [(s32, 32), (ssync, 48), (s48, 48)] {
+        let r = w.post(1, R0, t(3), len);
+        w.run();
+        w.assert_received(1, r, 0, s, 3);
+    }
+    assert_eq!(w.stats(0).lone_reads, 2);
+    // and a rank never reads its own lone sends
+    w.read_if_lone = true;
+    let me = w.send(1, 1, 4, 48, STD);
+    let r = w.post(1, Source::Rank(1), t(4), 64);
+    w.run();
+    w.assert_received(1, r, 1, me, 4);
+    assert_eq!(w.stats(1).lone_reads, 0);
+}
 
 #[test]
 fn direct_write_path() {

@@ -342,6 +342,20 @@ fn exhaustive_default_bounds() {
             ),
         ),
         (
+            "C (lone sends read, 2 credits)",
+            phase_c(
+                cfg(|c| {
+                    // BIG sends fit the eager limit: each goes eager or, when lone,
+                    // by rendezvous (every send is advised to be read)
+                    c.eager_limit = BIG;
+                    c.lone_read_above = SMALL;
+                    c.credits = 2;
+                    c.low_water = 1;
+                }),
+                2,
+            ),
+        ),
+        (
             "C (get protocol)",
             phase_c(cfg(|c| c.protocol = RecvProtocol::Get), 2),
         ),

@@ -41,6 +41,7 @@ fn send(tag: Tag, len: u64) -> SendSpec {
         ctx: 0,
         len,
         mode: SendMode::Standard,
+        read_if_lone: false,
         buf: RemoteBuf::default(),
     }
 }

@@ -306,6 +306,7 @@ const SMALL_CFG: Config = Config {
     adapt_after: 1,
     adapt_pause: 1,
     advertise_above: 0,
+    lone_read_above: u64::MAX,
     mutation: Mutation::None,
 };
 
@@ -369,6 +370,7 @@ fn engines() -> Vec<Engine> {
                         ctx: 0,
                         len,
                         mode,
+                        read_if_lone: false,
                         buf,
                     })
                     .unwrap();

@@ -33,7 +33,11 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_ADVERTISE=adaptive|always` (default adaptive: receives that eager messages
 /// fit are not advertised under the eager protocol, and a sender whose sends keep
 /// crossing the advertisements gets none for a while: `Config::advertise_above`,
-/// `Config::adapt_after`; always = advertise every receive, as the paper does).
+/// `Config::adapt_after`; always = advertise every receive, as the paper does),
+/// `RSMPI_LONE_READ_ABOVE=bytes|off` (a standard send above this size with nothing
+/// else in flight to its destination is read once by the receiver, at its arrival:
+/// `Config::lone_read_above`; default the transport's measured
+/// `Caps::lone_read_above`, 32 KiB on shared memory).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {
@@ -79,6 +83,14 @@ pub fn config_from_env() -> Result<Config> {
     // being advertised (docs/protocol.md rule 15)
     if c.protocol == RecvProtocol::Eager {
         c.advertise_above = c.eager_limit;
+    }
+    if let Ok(v) = std::env::var("RSMPI_LONE_READ_ABOVE") {
+        c.lone_read_above = match v.as_str() {
+            "off" => u64::MAX,
+            _ => v.parse().map_err(|_| {
+                Error::Transport(format!("RSMPI_LONE_READ_ABOVE={v}: expected bytes or off"))
+            })?,
+        };
     }
     if let Ok(v) = std::env::var("RSMPI_ADVERTISE") {
         match v.as_str() {
@@ -222,6 +234,10 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         cfg.inline_limit = 0;
     }
     cfg.advertise_above = cfg.advertise_above.min(cfg.eager_limit);
+    // the transport's measured switch, unless RSMPI_LONE_READ_ABOVE or the caller chose
+    if cfg.lone_read_above == u64::MAX && std::env::var_os("RSMPI_LONE_READ_ABOVE").is_none() {
+        cfg.lone_read_above = caps.lone_read_above;
+    }
     size_credits(&mut cfg, &caps);
     let me = boot.rank();
     let engine = Engine::new(me, boot.size(), cfg);

@@ -111,6 +111,9 @@ impl Transport for Faulty {
     ) -> Result<Posted, TransportError> {
         self.inner.get(peer, dst, src, offset, token)
     }
+    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
+        self.inner.prefers_read(peer, len)
+    }
     fn poll_done(
         &mut self,
         f: &mut dyn FnMut(u64, Result<(), TransportError>),

@@ -535,7 +535,13 @@ impl State {
     /// and inlined it with them compiled out.
     #[inline(always)]
     pub fn progress_inline(&mut self) -> bool {
-        let mut n = self.poll_incoming();
+        self.progress_up_to(32)
+    }
+
+    /// [`State::progress`] taking at most `max` incoming messages.
+    #[inline(always)]
+    fn progress_up_to(&mut self, max: usize) -> bool {
+        let mut n = self.poll_incoming(max);
         // one-sided operations that finish later: the network transports' (they
         // register memory), and shared memory's large reads, which the peer copies
         // through the ring (transport-shm's pulls)
@@ -545,6 +551,18 @@ impl State {
         self.run_outputs();
         crate::collective::exec::advance_all(self);
         n > 0
+    }
+
+    /// Whether send `id`, still in flight, carries at most the eager limit (so that it
+    /// waits for an answer only as a lone read or a synchronous send: [`wait`]).
+    fn small_send(&self, id: matching::SendId) -> bool {
+        let len = match self.send_src.get(&id) {
+            Some(SendSrc::Region(r)) => self.regions.len(*r).unwrap_or(usize::MAX),
+            Some(SendSrc::Slice(_, _, len)) => *len,
+            Some(SendSrc::Owned(v) | SendSrc::Packed(v)) => v.len(),
+            None => return false,
+        };
+        len as u64 <= self.engine.config().eager_limit
     }
 
     /// The engine, the transport, and the rest that completing a receive touches,
@@ -617,10 +635,10 @@ impl State {
         }
     }
 
-    fn poll_incoming(&mut self) -> usize {
+    fn poll_incoming(&mut self, max: usize) -> usize {
         let (engine, transport, mut fin) = self.parts();
         let mut err = None;
-        let res = transport.poll_incoming(32, &mut |from, msg| {
+        let res = transport.poll_incoming(max, &mut |from, msg| {
             let bytes = match msg {
                 Incoming::Whole(bytes) => bytes,
                 Incoming::Arriving(a) => match Self::arriving(engine, &mut fin, from, a) {
@@ -805,6 +823,7 @@ impl State {
             ctx,
             len: bytes.len() as u64,
             mode: matching::SendMode::Standard,
+            read_if_lone: false,
             // only read by rendezvous, which the fast path never takes
             buf: matching::RemoteBuf::default(),
         };
@@ -852,7 +871,7 @@ impl State {
 
     /// The peer's ring is full: drain ours so that it can drain its own.
     fn full(&mut self, spins: &mut u32) {
-        self.poll_incoming();
+        self.poll_incoming(32);
         *spins += 1;
         if *spins > 64 {
             std::thread::yield_now();
@@ -924,11 +943,21 @@ impl State {
         Ok((plain, false))
     }
 
+    /// Whether a send of `len` bytes to `dest` is better read by its receiver if it
+    /// is lone: above the transport's size for it, the transport asked
+    /// ([`matching::Config::lone_read_above`], `Transport::prefers_read`).
+    #[inline]
+    pub fn read_if_lone(&mut self, dest: u32, len: usize) -> bool {
+        len as u64 > self.engine.config().lone_read_above && self.transport.prefers_read(dest, len)
+    }
+
     /// Whether a send of `len` bytes may be read one-sidedly by its receiver (it goes
     /// by rendezvous), so that a registering transport must expose it.
     pub fn send_is_read(&self, len: usize) -> bool {
         let c = self.engine.config();
-        !(c.protocol == matching::RecvProtocol::Eager && len as u64 <= c.eager_limit)
+        // (a lone one may be: `Config::lone_read_above`)
+        len as u64 > c.lone_read_above
+            || !(c.protocol == matching::RecvProtocol::Eager && len as u64 <= c.eager_limit)
     }
 
     /// Whether a receive may be advertised to its sender (and written one-sidedly).
@@ -1200,7 +1229,17 @@ pub(crate) fn wait(key: Key) -> Done {
             if let Some(d) = s.take_done(&key) {
                 return (Some(d), true);
             }
-            let moved = s.progress();
+            // a send the eager limit would carry waits for its answer (a lone read's
+            // `Fin`, a synchronous send's match): one message at a time, so that what
+            // comes after the answer (a ping-pong's next message) waits in the
+            // channel for the receive that the caller posts next, instead of arriving
+            // before it (a lone message would then be read into a staging buffer and
+            // copied again). Larger sends (a stream of rendezvous, whose sender also
+            // serves the receiver's pulls) poll as every wait does.
+            let moved = match key {
+                Key::Send(id) if s.small_send(id) => s.progress_up_to(1),
+                _ => s.progress(),
+            };
             (s.take_done(&key), moved)
         });
         if let Some(d) = got {

@@ -353,8 +353,11 @@ impl RingMem {
         }
     }
 
-    /// Copies `parts` back to back to data offset `off` (a whole message).
-    #[inline]
+    /// Copies `parts` back to back to data offset `off` (a whole message). Always
+    /// inlined: with a second caller of `try_push` (the timed push of a lone message,
+    /// `lone`) LLVM put it out of line, and a small send paid 12 instructions for the
+    /// call.
+    #[inline(always)]
     fn write_all(&mut self, off: usize, parts: [&[u8]; 2]) {
         let total = parts[0].len() + parts[1].len();
         assert!(off + total <= RING_BYTES);

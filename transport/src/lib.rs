@@ -31,7 +31,7 @@
 //! impl Transport for Loopback {
 //!     fn rank(&self) -> Rank { 0 }
 //!     fn size(&self) -> u32 { 1 }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false, put_inline: 0, put_bounce: 0 } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX } }
 //!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
 //!         self.0.push_back([header, payload].concat());
 //!         Ok(())
@@ -115,6 +115,12 @@ pub struct Caps {
     /// buffer itself (zero copy, registered on the fly) and may report the completion
     /// later. 0 = no bounce tier.
     pub put_bounce: usize,
+    /// A message of more than this many bytes, sent while nothing else of the sender's
+    /// is in flight to its destination (a ping-pong's message, not a stream's), is
+    /// cheaper read once by its receiver with [`Transport::get`] than copied into the
+    /// channel and out again, even under the protocol's eager limit. `u64::MAX` =
+    /// never (transports that have not measured it).
+    pub lone_read_above: u64,
 }
 
 /// How a one-sided operation stands when [`Transport::put`] or [`Transport::get`]
@@ -264,6 +270,17 @@ pub trait Transport {
     ) -> Result<usize, TransportError> {
         let _ = f;
         Ok(0)
+    }
+
+    /// Whether a lone message of `len` bytes to `peer` (above
+    /// [`Caps::lone_read_above`], nothing else of this rank's in flight to it) should
+    /// now be read by the receiver rather than carried through the channel. Asked
+    /// once per such send; a transport that measures both ways per peer answers from
+    /// its measurements (and may answer `false` now and then to measure the channel
+    /// again). The default follows `Caps::lone_read_above` alone.
+    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
+        let _ = (peer, len);
+        true
     }
 
     /// Finishes this rank's traffic before the job ends (`MPI_Finalize`, after its

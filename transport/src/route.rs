@@ -11,7 +11,7 @@
 //! impl Transport for Part {
 //!     fn rank(&self) -> Rank { self.me }
 //!     fn size(&self) -> u32 { self.size }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false, put_inline: 0, put_bounce: 0 } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX } }
 //!     fn try_send(&mut self, peer: Rank, _: &[u8], _: &[u8]) -> Result<(), TransportError> {
 //!         assert!(self.peers.contains(&peer));
 //!         self.sent.push(peer);
@@ -121,6 +121,8 @@ fn combine(mut caps: impl Iterator<Item = Caps>) -> Caps {
         // tiers are per part; the protocol's one setting must suit every part
         put_inline: a.put_inline.min(b.put_inline),
         put_bounce: a.put_bounce.min(b.put_bounce),
+        // measured per transport: reads where every part's are cheaper
+        lone_read_above: a.lone_read_above.max(b.lone_read_above),
     })
 }
 
@@ -209,6 +211,10 @@ impl Transport for Routed {
         token: u64,
     ) -> Result<Posted, TransportError> {
         self.part(peer)?.get(peer, dst, src, offset, token)
+    }
+
+    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
+        self.part(peer).is_ok_and(|p| p.prefers_read(peer, len))
     }
 
     fn poll_done(
@@ -334,6 +340,7 @@ mod tests {
             registers,
             put_inline: 0,
             put_bounce: 0,
+            lone_read_above: u64::MAX,
         }
     }
 
@@ -367,6 +374,7 @@ mod tests {
                 registers: true,
                 put_inline: 0,
                 put_bounce: 0,
+                lone_read_above: u64::MAX,
             }
         );
         for peer in [0, 1, 2, 2] {

@@ -612,10 +612,13 @@ impl Step<'_> {
                         );
                     }
                 }
-                // a cancelled send or a staged read is invisible to the checker until
-                // later, so the on-line forms apply only without them (the final
-                // forms below always apply)
-                let online = self.p.cfg.protocol != RecvProtocol::Get && !self.p.has_cancel();
+                // a cancelled send or a staged read (the get protocol's, a lone send's)
+                // is invisible to the checker until later, so the on-line forms apply
+                // only without them (the final forms below always apply)
+                let cfg = &self.p.cfg;
+                let stages =
+                    cfg.protocol == RecvProtocol::Get || cfg.lone_read_above < cfg.eager_limit;
+                let online = !stages && !self.p.has_cancel();
                 if self.w.sres[g] == SRes::Cancelled {
                     self.v(
                         "P1",
@@ -729,6 +732,7 @@ impl Step<'_> {
                             ctx: 0,
                             len,
                             mode,
+                            read_if_lone: true,
                             buf,
                         };
                         self.w.sres[g] = SRes::Pending;

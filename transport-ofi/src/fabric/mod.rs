@@ -812,6 +812,8 @@ impl Transport for OfiTransport {
             // operations finish before they return: no tiers to choose between
             put_inline: 0,
             put_bounce: 0,
+            // not measured over a network: eager up to the eager limit
+            lone_read_above: u64::MAX,
         }
     }
 

@@ -664,6 +664,8 @@ impl Transport for VerbsTransport {
             registers: true,
             put_inline: self.inline,
             put_bounce: BOUNCE_SLOT,
+            // not measured over a network: eager up to the eager limit
+            lone_read_above: u64::MAX,
         }
     }
 

@@ -1,0 +1,265 @@
+//! Lone messages: whether a message sent alone to a peer (a ping-pong's, not a
+//! stream's) is cheaper read once by its receiver than carried through the ring.
+//!
+//! Through the ring every line of a message crosses between the two caches twice: the
+//! sender's copy in takes each line from the receiver (which cleared it when it last
+//! read it), the receiver's copy out takes it back. A `process_vm_readv` of the
+//! sender's buffer copies once, and where that buffer has not changed since the last
+//! read (a benchmark's) it copies lines the reader already holds. Which wins depends
+//! on what a crossing costs, and on this machine that changes while a job runs
+//! (`docs/performance.md`, "Lone messages read once, by measurement"): where the two
+//! CPUs share a cache the ring carries 16-64 KiB in about half the read's time; where
+//! they do not, the read takes about half the ring's.
+//!
+//! So the sender measures both, per peer and per size class, and answers
+//! [`transport::Transport::prefers_read`] from them:
+//!
+//! - the ring: the time its own copy into the ring takes, for messages pushed into an
+//!   empty ring (a lone message; the receiver's copy out costs about the same again),
+//!   the least of the last [`KEEP`] per class;
+//! - the read: a `process_vm_readv` of its own memory, the class's largest size,
+//!   timed once when the class is first judged: the read's copy without the crossing
+//!   of the send request and its answer, which [`READ_EXTRA_NS`] adds.
+//!
+//! It prefers the read when the ring's two copies take longer than the read and its
+//! extra. Reading, it still sends one lone message in [`PROBE_EVERY`] of the class
+//! through the ring, so that a ring that has become cheaper is seen.
+//!
+//! ```
+//! use transport_shm::Lone;
+//!
+//! let mut judge = Lone::default();
+//! // nothing measured yet: the ring, which measures itself
+//! assert!(!judge.prefers_read(60_000, || 4_000));
+//! // its copy in took 5 µs (the far state): two copies against a 4 µs read plus 1 µs
+//! judge.copied_in(60_000, 5_000);
+//! assert!(judge.prefers_read(60_000, || 4_000));
+//! // the ring's copy in now takes 1.5 µs (the near state): the ring again
+//! for _ in 0..8 {
+//!     judge.copied_in(60_000, 1_500);
+//! }
+//! assert!(!judge.prefers_read(60_000, || 4_000));
+//! ```
+
+/// Messages of more than this many bytes may be judged ([`transport::Caps::lone_read_above`]);
+/// up to it the ring wins in every state measured, its copies being short next to a
+/// system call.
+pub const LONE_READ_ABOVE: u64 = 16 * 1024;
+/// The size classes judged apart, by their largest message: (16, 32] and (32, 64] KiB.
+const CLASS_TOP: [usize; 2] = [32 * 1024, LONE_TOP];
+/// The largest message judged (the default eager limit): reads up to it are single
+/// copies, never pulls through the ring (`crate::pull`), which the judge found
+/// dearer already.
+pub const LONE_TOP: usize = 64 * 1024;
+/// Copy-in times kept per class; their least is the ring's estimate (a sample taken
+/// while the process was descheduled is long, never short).
+pub const KEEP: usize = 8;
+/// While reading, one lone message of a class in this many goes through the ring to
+/// measure it again.
+pub const PROBE_EVERY: u32 = 32;
+/// What a read costs beyond its copy: the send request's and the answer's crossings
+/// and the library's work for them (ns; `rsmpi-bench latency` of a 64 KiB read,
+/// 5.4-6.0 µs, against a 3.1-4.2 µs `process_vm_readv` of the same size).
+pub const READ_EXTRA_NS: u64 = 1_500;
+
+/// How lone messages of 16-64 KiB to local peers go (`RSMPI_SHM_LONE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LoneMode {
+    /// Measured per peer and size class ([module docs](self)).
+    #[default]
+    Auto,
+    /// Always read by the receiver.
+    Read,
+    /// Always through the ring, as before lone reads.
+    Ring,
+}
+
+/// The environment variable that sets [`LoneMode`]: `auto`, `read` or `ring`.
+pub const ENV_LONE: &str = "RSMPI_SHM_LONE";
+
+impl LoneMode {
+    /// The mode `RSMPI_SHM_LONE` asks for ([`LoneMode::Auto`] when unset).
+    pub fn from_env() -> Result<Self, transport::TransportError> {
+        Self::parse(std::env::var(ENV_LONE).ok().as_deref())
+    }
+
+    /// The mode a value of `RSMPI_SHM_LONE` names (`None`: unset).
+    pub fn parse(v: Option<&str>) -> Result<Self, transport::TransportError> {
+        match v {
+            None | Some("auto") | Some("") => Ok(LoneMode::Auto),
+            Some("read") => Ok(LoneMode::Read),
+            Some("ring") => Ok(LoneMode::Ring),
+            Some(v) => Err(transport::TransportError::Unavailable(format!(
+                "{ENV_LONE}={v:?}: expected auto, read or ring"
+            ))),
+        }
+    }
+}
+
+/// One size class's measurements.
+#[derive(Clone, Debug, Default)]
+struct Class {
+    /// The last copy-in times, ns per KiB, as a ring of [`KEEP`] (0 = none yet).
+    copy_in: [u32; KEEP],
+    /// Copy-in times taken.
+    taken: u32,
+    /// The read's time, ns per KiB of the class's largest size (0 = not timed yet).
+    read: u32,
+    /// Lone messages judged for a read, for the probes.
+    asked: u32,
+}
+
+/// The judge of one peer ([module docs](self)): a pure state machine; the transport
+/// times the copies and the reads.
+#[derive(Clone, Debug, Default)]
+pub struct Lone {
+    classes: [Class; CLASS_TOP.len()],
+}
+
+/// ns per KiB of `ns` for `len` bytes.
+fn per_kib(ns: u64, len: usize) -> u32 {
+    (ns.saturating_mul(1024) / len.max(1) as u64).min(u64::from(u32::MAX)) as u32
+}
+
+impl Lone {
+    /// The class of a message of `len` bytes, if it is judged.
+    fn class(len: usize) -> Option<usize> {
+        if len as u64 <= LONE_READ_ABOVE {
+            return None;
+        }
+        CLASS_TOP.iter().position(|&top| len <= top)
+    }
+
+    /// The largest message of the class of `len` (the size its read is timed at).
+    pub fn class_top(len: usize) -> Option<usize> {
+        Self::class(len).map(|c| CLASS_TOP[c])
+    }
+
+    /// A lone message of `len` bytes took `ns` to copy into the ring.
+    pub fn copied_in(&mut self, len: usize, ns: u64) {
+        if let Some(c) = Self::class(len) {
+            let c = &mut self.classes[c];
+            c.copy_in[c.taken as usize % KEEP] = per_kib(ns, len).max(1);
+            c.taken = c.taken.wrapping_add(1);
+        }
+    }
+
+    /// Whether a lone message of `len` bytes should be read by the receiver;
+    /// `read_ns` times a read of the class's largest size (called once per class).
+    pub fn prefers_read(&mut self, len: usize, read_ns: impl FnOnce() -> u64) -> bool {
+        let Some(i) = Self::class(len) else {
+            // above the classes the protocol sends by rendezvous anyway
+            return len as u64 > LONE_READ_ABOVE;
+        };
+        let c = &mut self.classes[i];
+        let Some(ring) = c.copy_in.iter().filter(|&&t| t > 0).min().copied() else {
+            // the ring first: it measures itself
+            return false;
+        };
+        if c.read == 0 {
+            c.read = per_kib(read_ns(), CLASS_TOP[i]).max(1);
+        }
+        let kib = |per: u32| u64::from(per) * len as u64 / 1024;
+        if 2 * kib(ring) <= kib(c.read) + READ_EXTRA_NS {
+            return false;
+        }
+        c.asked = c.asked.wrapping_add(1);
+        c.asked % PROBE_EVERY != 0
+    }
+}
+
+/// Times a `process_vm_readv` of `len` bytes of this process's own memory (pid
+/// `pid`), in ns: the median of five, after two that warm the buffers. A read that
+/// fails says "never" (`u64::MAX / 4`).
+pub(crate) fn time_read(pid: i32, len: usize) -> u64 {
+    let src = vec![1u8; len];
+    let mut dst = vec![0u8; len];
+    let mut times = [0u64; 7];
+    for t in &mut times {
+        let start = std::time::Instant::now();
+        if crate::cma::read(pid, &mut dst, src.as_ptr() as u64).is_err() {
+            return u64::MAX / 4;
+        }
+        *t = start.elapsed().as_nanos() as u64;
+    }
+    let timed = &mut times[2..];
+    timed.sort_unstable();
+    timed[timed.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const READ: u64 = 4_000; // a 64 KiB read, ns
+
+    #[test]
+    fn modes_from_the_environment_value() {
+        assert_eq!(LoneMode::parse(None).unwrap(), LoneMode::Auto);
+        assert_eq!(LoneMode::parse(Some("read")).unwrap(), LoneMode::Read);
+        assert_eq!(LoneMode::parse(Some("ring")).unwrap(), LoneMode::Ring);
+        let e = LoneMode::parse(Some("cma")).unwrap_err().to_string();
+        assert!(
+            e.contains("RSMPI_SHM_LONE") && e.contains("auto, read or ring"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ring_until_measured_and_below_the_classes() {
+        let mut j = Lone::default();
+        assert!(!j.prefers_read(40_000, || READ));
+        assert!(!j.prefers_read(16 * 1024, || panic!("not judged")));
+        j.copied_in(16 * 1024, 1_000_000);
+        assert!(!j.prefers_read(16 * 1024, || panic!("not judged")));
+        // above the classes: rendezvous whatever the judge says
+        assert!(j.prefers_read(64 * 1024 + 1, || panic!("not judged")));
+    }
+
+    #[test]
+    fn follows_the_cheaper_way_and_times_the_read_once() {
+        let mut j = Lone::default();
+        let mut reads = 0;
+        j.copied_in(65_536, 5_000);
+        let mut timed = || {
+            reads += 1;
+            READ
+        };
+        assert!(j.prefers_read(65_536, &mut timed));
+        assert!(j.prefers_read(49_152, &mut timed), "scaled to the size");
+        assert_eq!(reads, 1);
+        // the classes are apart: (16, 32] KiB has measured nothing
+        assert!(!j.prefers_read(32 * 1024, || READ / 2));
+        // the least of the last KEEP decides: one fast copy turns it back to the
+        // ring, until KEEP slow ones have followed it
+        j.copied_in(65_536, 2_000);
+        assert!(!j.prefers_read(65_536, || unreachable!()));
+        for _ in 0..KEEP {
+            j.copied_in(65_536, 5_000);
+        }
+        assert!(j.prefers_read(65_536, || unreachable!()));
+    }
+
+    #[test]
+    fn the_margin() {
+        // 2 x ring against read + extra: 2 x 2.7 = 5.4 <= 4 + 1.5; 2 x 2.8 > 5.5
+        let mut j = Lone::default();
+        j.copied_in(65_536, 2_700);
+        assert!(!j.prefers_read(65_536, || READ));
+        let mut j = Lone::default();
+        j.copied_in(65_536, 2_800);
+        assert!(j.prefers_read(65_536, || READ));
+    }
+
+    #[test]
+    fn probes_the_ring_while_reading() {
+        let mut j = Lone::default();
+        j.copied_in(65_536, 10_000);
+        let answers: Vec<bool> = (0..3 * PROBE_EVERY)
+            .map(|_| j.prefers_read(65_536, || READ))
+            .collect();
+        let probes = answers.iter().filter(|&&r| !r).count();
+        assert_eq!(probes, 3);
+        assert!(!answers[PROBE_EVERY as usize - 1], "the 32nd is a probe");
+    }
+}
