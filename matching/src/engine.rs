@@ -1447,8 +1447,8 @@ impl Engine {
             sync: spec.mode == SendMode::Synchronous,
             ready: spec.mode == SendMode::Ready,
         };
-        // (`p.waiting` holds this send already: lone if it is the only one)
         let fits = self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit;
+        // (`p.waiting` holds this send already: lone if it is the only one)
         let lone = fits
             && spec.read_if_lone
             && p.waiting.len() == 1
@@ -1495,12 +1495,12 @@ impl Engine {
 
     /// Whether a standard send of `spec` (advised `read_if_lone`, to `p`, with no
     /// other send of this rank's waiting for a reply from it: the caller checks both)
-    /// is read by its receiver
-    /// although the eager limit would carry it ([`Config::lone_read_above`]): it is
-    /// large enough, and nothing of this rank's is in flight to `p` (nothing queued,
-    /// every credit back but those of a few control messages not answered yet: a
-    /// ping-pong's reply, a rendezvous' done). The first send of a stream is lone,
-    /// the ones that follow it while it is in flight are not.
+    /// is read by its receiver although the eager limit would carry it
+    /// ([`Config::lone_read_above`]): it is large enough, and nothing of this rank's
+    /// is in flight to `p` (nothing queued, every credit back but those of a few
+    /// control messages not answered yet: a ping-pong's reply, a rendezvous' done).
+    /// The first send of a stream is lone, the ones that follow it while it is in
+    /// flight are not.
     #[inline(always)]
     fn lone(cfg: &Config, me: Rank, p: &Peer, spec: &SendSpec) -> bool {
         /// Credits a lone send may find missing: control messages the peer has not

@@ -37,7 +37,7 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_LONE_READ_ABOVE=bytes|off` (a standard send above this size with nothing
 /// else in flight to its destination is read once by the receiver, at its arrival:
 /// `Config::lone_read_above`; default the transport's measured
-/// `Caps::lone_read_above`, 32 KiB on shared memory).
+/// `Caps::lone_read_above`, 16 KiB on shared memory).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {

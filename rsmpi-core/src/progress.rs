@@ -944,11 +944,15 @@ impl State {
     }
 
     /// Whether a send of `len` bytes to `dest` is better read by its receiver if it
-    /// is lone: above the transport's size for it, the transport asked
+    /// is lone: above the transport's size for it and within the eager limit (larger
+    /// sends are read anyway), the transport asked
     /// ([`matching::Config::lone_read_above`], `Transport::prefers_read`).
     #[inline]
     pub fn read_if_lone(&mut self, dest: u32, len: usize) -> bool {
-        len as u64 > self.engine.config().lone_read_above && self.transport.prefers_read(dest, len)
+        let (c, len64) = (self.engine.config(), len as u64);
+        len64 > c.lone_read_above
+            && len64 <= c.eager_limit
+            && self.transport.prefers_read(dest, len)
     }
 
     /// Whether a send of `len` bytes may be read one-sidedly by its receiver (it goes
