@@ -25,6 +25,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A message buffer on a page boundary, as the OSU micro-benchmarks allocate theirs
+ * (posix_memalign to the page size), so that two buffers' relative page offset is 0 in
+ * every process and every MPI, not what the allocator made of it: on AMD Zen 3 a
+ * destination 1-31 bytes past the source modulo 4 KiB makes every single-copy
+ * transfer several times slower (docs/performance.md, "4 KiB aliasing"); as
+ * benches/src/rank.rs's PageBuf. */
+static void *msg_alloc(long n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n > 0 ? (size_t)n : 1) != 0) {
+        perror("posix_memalign");
+        exit(1);
+    }
+    return p;
+}
+
 #define WINDOW 64
 #define LARGE 8192
 #define PREPOST_BYTES (64L << 20)
@@ -70,8 +85,8 @@ static int coll(const char *bench, int me, int n, long min, long max) {
         float *frecv = malloc(sizeof(float) * (floats ? floats : 1));
         for (int i = 0; i < floats; i++) { fsend[i] = 1.0f; frecv[i] = 0.0f; }
         long bytes = !strcmp(bench, "alltoall") ? size * n : size;
-        char *bsend = malloc(bytes ? bytes : 1);
-        char *brecv = malloc(size > 0 ? size * n : 1);
+        char *bsend = msg_alloc(bytes ? bytes : 1);
+        char *brecv = msg_alloc(size > 0 ? size * n : 1);
         memset(bsend, 'c', bytes);
         memset(brecv, !strcmp(bench, "bcast") && me == 0 ? 'c' : 0, size * n);
         double timer = 0;
@@ -166,8 +181,8 @@ static void preposted_loop(int me, long size, long n, double *lat, double *post)
     long k = size > 0 ? BATCH_BYTES / size : n;
     if (k > n) k = n;
     if (k < 2) k = 2;
-    char *sbuf = malloc(size ? size : 1);
-    char *bufs = malloc(size > 0 ? size * k : 1);
+    char *sbuf = msg_alloc(size ? size : 1);
+    char *bufs = msg_alloc(size > 0 ? size * k : 1);
     MPI_Request *reqs = malloc(sizeof(MPI_Request) * k);
     memset(sbuf, 'p', size);
     double t_loop = 0, t_post = 0;
@@ -207,8 +222,8 @@ static void mbw_mr(int me, int n, long min, long max) {
     int sender = me < p, peer = sender ? me + p : me - p;
     for (long size = 0; size <= max; size = size ? size * 2 : 1) {
         if (size < min) continue;
-        char *sbuf = malloc(size ? size : 1);
-        char *rbuf = malloc(size > 0 ? size * WINDOW : 1);
+        char *sbuf = msg_alloc(size ? size : 1);
+        char *rbuf = msg_alloc(size > 0 ? size * WINDOW : 1);
         memset(sbuf, 'm', size);
         MPI_Request reqs[WINDOW];
         char ack[4] = {0};
@@ -281,8 +296,8 @@ int main(int argc, char **argv) {
     if (me == 0) printf("# bench_ref %s\n", bench);
     for (long size = 0; size <= max; size = size ? size * 2 : 1) {
         if (size < min) continue;
-        char *sbuf = malloc(size ? size : 1);
-        char *rbuf = malloc(size > 0 ? size * WINDOW : 1);
+        char *sbuf = msg_alloc(size ? size : 1);
+        char *rbuf = msg_alloc(size > 0 ? size * WINDOW : 1);
         memset(sbuf, 'a', size);
         int iters, skip;
         MPI_Barrier(MPI_COMM_WORLD);

@@ -1,6 +1,7 @@
 //! This machine's physical limits: a raw two-process cache-line ping-pong over a
 //! shared mapping, memcpy bandwidth, and the cost of one cross-memory read
-//! (`process_vm_readv`, the single-copy path of rendezvous and one-sided writes).
+//! (`process_vm_readv`, the single-copy path of rendezvous and one-sided writes); the
+//! two copies again with 4 KiB aliasing (`transport::copy`), where some CPUs slow down.
 
 use crate::report::Row;
 use std::fs::File;
@@ -195,17 +196,49 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median memcpy bandwidth (GB/s) for blocks of `size` bytes.
-pub fn memcpy_bw(size: usize) -> f64 {
-    let src = vec![1u8; size];
-    let mut dst = vec![0u8; size];
+/// A source and a destination of `size` bytes in one allocation, the destination
+/// `rel` bytes past the source's offset in its 4 KiB page (two allocations would lie
+/// wherever the allocator puts them: `rel` 16 side by side, the slow case of 4 KiB
+/// aliasing, `transport::copy`).
+struct Pair {
+    mem: Vec<u8>,
+    src: usize,
+    dst: usize,
+    size: usize,
+}
+
+impl Pair {
+    fn new(size: usize, rel: usize) -> Pair {
+        let mut mem = vec![0u8; 2 * size + 3 * 4096 + rel];
+        let src = (4096 - mem.as_ptr() as usize % 4096) % 4096;
+        let dst = src + size.div_ceil(4096) * 4096 + rel;
+        mem[src..src + size].fill(1);
+        Pair {
+            mem,
+            src,
+            dst,
+            size,
+        }
+    }
+
+    fn parts(&mut self) -> (&[u8], &mut [u8]) {
+        let (a, b) = self.mem.split_at_mut(self.dst);
+        (&a[self.src..self.src + self.size], &mut b[..self.size])
+    }
+}
+
+/// Median bandwidth (GB/s) of `copy` for blocks of `size` bytes, the destination `rel`
+/// bytes past the source modulo 4 KiB.
+pub fn copy_bw(size: usize, rel: usize, copy: fn(&mut [u8], &[u8])) -> f64 {
+    let mut p = Pair::new(size, rel);
     let copies = ((256usize << 20) / size).max(4);
     let mut times = Vec::new();
     for rep in 0..=REPS {
         let t = Instant::now();
         for _ in 0..copies {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
+            let (src, dst) = p.parts();
+            copy(dst, std::hint::black_box(src));
+            std::hint::black_box(dst);
         }
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64());
@@ -214,19 +247,25 @@ pub fn memcpy_bw(size: usize) -> f64 {
     (size * copies) as f64 / median(&mut times) / 1e9
 }
 
-/// Median time (µs) of one `process_vm_readv` of `size` bytes. It reads this process's
-/// own memory (no peer needed); the kernel path (locking the address space, pinning the
-/// pages, copying) is the one a read from a peer takes, though reading a peer measured
-/// somewhat faster here for large sizes.
-pub fn cma_read(size: usize) -> io::Result<f64> {
-    let src = vec![1u8; size];
-    let mut dst = vec![0u8; size];
+/// Median memcpy bandwidth (GB/s) for blocks of `size` bytes.
+pub fn memcpy_bw(size: usize) -> f64 {
+    copy_bw(size, 0, |d, s| d.copy_from_slice(s))
+}
+
+/// Median time (µs) of one `process_vm_readv` of `size` bytes, the destination `rel`
+/// bytes past the source modulo 4 KiB. It reads this process's own memory (no peer
+/// needed); the kernel path (locking the address space, pinning the pages, copying)
+/// is the one a read from a peer takes, though reading a peer measured somewhat faster
+/// here for large sizes.
+pub fn cma_read(size: usize, rel: usize) -> io::Result<f64> {
+    let mut p = Pair::new(size, rel);
     let calls = ((64usize << 20) / size.max(4096)).clamp(16, 20_000);
     let pid = std::process::id() as libc::pid_t;
     let mut times = Vec::new();
     for rep in 0..=REPS {
         let t = Instant::now();
         for _ in 0..calls {
+            let (src, dst) = p.parts();
             let local = libc::iovec {
                 iov_base: dst.as_mut_ptr().cast(),
                 iov_len: size,
@@ -236,13 +275,13 @@ pub fn cma_read(size: usize) -> io::Result<f64> {
                 iov_len: size,
             };
             // SAFETY: FFI call with one local and one remote iovec describing live,
-            // disjoint buffers of `size` bytes owned by this function (`dst` writable);
+            // disjoint buffers of `size` bytes owned by `p` (`dst` borrowed mutably);
             // the kernel validates the remote range and reports faults as errors.
             let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
             if n != size as isize {
                 return Err(io::Error::last_os_error());
             }
-            std::hint::black_box(&mut dst);
+            std::hint::black_box(dst);
         }
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64() * 1e6 / calls as f64);
@@ -272,9 +311,31 @@ pub fn measure() -> io::Result<Vec<Row>> {
     for size in [1usize << 20, 4 << 20] {
         rows.push(row("memcpy", size as u64, memcpy_bw(size), "GB/s", REPS));
     }
-    for size in [8usize, 65536, 1 << 20] {
-        match cma_read(size) {
-            Ok(us) => rows.push(row("cma-read", size as u64, us, "us", REPS)),
+    // 4 KiB aliasing (`transport::copy`): 64 KiB with the destination 16 bytes past
+    // the source modulo a page, by memcpy and by rsmpi's copy
+    const ALIASED: usize = 16;
+    rows.push(row(
+        "memcpy-aliased",
+        65536,
+        copy_bw(65536, ALIASED, |d, s| d.copy_from_slice(s)),
+        "GB/s",
+        REPS,
+    ));
+    rows.push(row(
+        "copy-aliased",
+        65536,
+        copy_bw(65536, ALIASED, transport::copy::copy),
+        "GB/s",
+        REPS,
+    ));
+    for (size, rel, metric) in [
+        (8usize, 0, "cma-read"),
+        (65536, 0, "cma-read"),
+        (1 << 20, 0, "cma-read"),
+        (65536, ALIASED, "cma-read-aliased"),
+    ] {
+        match cma_read(size, rel) {
+            Ok(us) => rows.push(row(metric, size as u64, us, "us", REPS)),
             Err(e) => eprintln!("rsmpi-bench: limits: process_vm_readv unavailable: {e}"),
         }
     }

@@ -228,8 +228,8 @@ fn latency(c: &mut Ctx) {
     for size in sizes(c.opts.min_size, c.opts.max_size) {
         let (iters, skip) = lat_iters(size, c.opts.quick);
         if c.need_two("latency") {
-            let sbuf = vec![b'a'; size];
-            let mut rbuf = vec![0u8; size];
+            let sbuf = PageBuf::new(b'a', size);
+            let mut rbuf = PageBuf::new(0, size);
             let lat = pingpong(c, &sbuf, &mut rbuf, iters, skip, 1);
             assert!(rbuf.iter().all(|&b| b == b'a'), "payload corrupted");
             if c.me == 0 {
@@ -266,8 +266,8 @@ fn bw(c: &mut Ctx, bidir: bool) {
         let (iters, skip) = bw_iters(size, c.opts.quick);
         if c.need_two(name) {
             let peer = c.peer();
-            let sbuf = vec![b'a'; size];
-            let mut rbufs = vec![0u8; size * WINDOW];
+            let sbuf = PageBuf::new(b'a', size);
+            let mut rbufs = PageBuf::new(0, size * WINDOW);
             let mut ack = [0u8; 4];
             let mut t0 = 0.0;
             for i in 0..iters + skip {
@@ -304,14 +304,14 @@ fn bw(c: &mut Ctx, bidir: bool) {
 /// in the plain loop. Returns (one-way µs, posting µs per receive).
 fn preposted_loop(c: &Ctx, size: usize, n: usize, tag: i32) -> (f64, f64) {
     let peer = c.peer();
-    let sbuf = vec![b'p'; size];
+    let sbuf = PageBuf::new(b'p', size);
     let k = BATCH_BYTES
         .checked_div(size)
         .unwrap_or(n)
         .clamp(2, n.max(2));
     // written once so that every page is mapped before the timing (a direct write
     // into a never-touched page costs a page fault in the kernel)
-    let mut bufs = vec![0xffu8; size * k];
+    let mut bufs = PageBuf::new(0xff, size * k);
     let (mut t_loop, mut t_post, mut done) = (0.0, 0.0, 0);
     while done < n {
         let m = k.min(n - done);
@@ -351,8 +351,8 @@ fn preposted(c: &mut Ctx) {
     for size in sizes(c.opts.min_size, c.opts.max_size) {
         if c.need_two("pingpong-preposted") {
             let (iters, skip) = lat_iters(size, c.opts.quick);
-            let sbuf = vec![b'a'; size];
-            let mut rbuf = vec![0u8; size];
+            let sbuf = PageBuf::new(b'a', size);
+            let mut rbuf = PageBuf::new(0, size);
             let plain = pingpong(c, &sbuf, &mut rbuf, iters, skip, 1);
             let n = prepost_count(size, c.opts.quick);
             // warm-up: as many receives as the timed loop, so that the library's
@@ -375,8 +375,8 @@ fn table1_cell(c: &mut Ctx) {
     if c.need_two("table1") {
         let size = 4;
         let (iters, skip) = lat_iters(size, c.opts.quick);
-        let sbuf = vec![b'a'; size];
-        let mut rbuf = vec![0u8; size];
+        let sbuf = PageBuf::new(b'a', size);
+        let mut rbuf = PageBuf::new(0, size);
         let plain = pingpong(c, &sbuf, &mut rbuf, iters, skip, 1);
         let n = prepost_count(size, c.opts.quick);
         let _ = preposted_loop(c, size, n, 2); // warm-up, as in `preposted`
@@ -488,8 +488,8 @@ fn mbw_mr(c: &mut Ctx) {
     let pairs = c.opts.pairs.max(1).min(c.n / 2);
     for size in sizes(c.opts.min_size, c.opts.max_size) {
         let (iters, skip) = bw_iters(size, c.opts.quick);
-        let sbuf = vec![b'm'; size];
-        let mut rbufs = vec![0u8; size * WINDOW];
+        let sbuf = PageBuf::new(b'm', size);
+        let mut rbufs = PageBuf::new(0, size * WINDOW);
         let mut ack = [0u8; 4];
         let mut t0 = 0.0;
         let pair = pair_of(c);
@@ -542,8 +542,8 @@ fn multi_lat(c: &mut Ctx) {
     let pairs = c.opts.pairs.max(1).min(c.n / 2);
     for size in sizes(c.opts.min_size, c.opts.max_size) {
         let (iters, skip) = lat_iters(size, c.opts.quick);
-        let sbuf = vec![b'a'; size];
-        let mut rbuf = vec![0u8; size];
+        let sbuf = PageBuf::new(b'a', size);
+        let mut rbuf = PageBuf::new(0, size);
         c.world.barrier();
         let mut lat = 0.0;
         if let Some((sender, peer)) = pair_of(c) {
@@ -685,8 +685,8 @@ fn overlap(c: &mut Ctx) {
     let iters = if c.opts.quick { 10 } else { 40 };
     for size in sizes(min, c.opts.max_size) {
         if c.need_two("overlap") {
-            let sbuf = vec![b'o'; size];
-            let mut rbuf = vec![0u8; size];
+            let sbuf = PageBuf::new(b'o', size);
+            let mut rbuf = PageBuf::new(0, size);
             for (recv_side, prepost, metric) in [
                 (true, true, "recv avail preposted"),
                 (true, false, "recv avail"),
@@ -770,8 +770,8 @@ fn collective(c: &mut Ctx, bench: &str) {
             "alltoall" => size * n,
             _ => size,
         };
-        let bsend = vec![b'c'; bytes];
-        let mut brecv = vec![0u8; size * n];
+        let bsend = PageBuf::new(b'c', bytes);
+        let mut brecv = PageBuf::new(0, size * n);
         if bench == "bcast" && c.me == 0 {
             brecv.fill(b'c');
         }
@@ -835,5 +835,39 @@ fn collective(c: &mut Ctx, bench: &str) {
             root.gather_into(&lat);
         }
         c.world.barrier();
+    }
+}
+
+/// A message buffer on a page boundary, as the OSU micro-benchmarks allocate theirs
+/// (`posix_memalign` to the page size; `bench_ref.c`'s `msg_alloc` likewise), so that
+/// two buffers' relative page offset is 0 in every process and every MPI, not what
+/// the allocator made of it: on AMD Zen 3 a destination 1-31 bytes past the source
+/// modulo 4 KiB makes every single-copy transfer several times slower
+/// (`docs/performance.md`, "4 KiB aliasing").
+struct PageBuf {
+    mem: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    /// `len` bytes of `fill`, starting on a page boundary.
+    fn new(fill: u8, len: usize) -> PageBuf {
+        let mem = vec![fill; len + 4096];
+        let at = (4096 - mem.as_ptr() as usize % 4096) % 4096;
+        PageBuf { mem, at, len }
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.mem[self.at..self.at + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.at..self.at + self.len]
     }
 }

@@ -315,6 +315,14 @@ fn print_limits(rs: &[&Row], out: &mut impl Write) -> std::io::Result<()> {
             "cacheline-oneway" => "two-process cache-line ping-pong, one-way".to_string(),
             "memcpy" => format!("memcpy {} bandwidth", human(r.size)),
             "cma-read" => format!("process_vm_readv {} (one call)", human(r.size)),
+            "memcpy-aliased" => format!("memcpy {} bandwidth, 4 KiB-aliased", human(r.size)),
+            "copy-aliased" => format!("rsmpi's copy {} bandwidth, 4 KiB-aliased", human(r.size)),
+            "cma-read-aliased" => {
+                format!(
+                    "process_vm_readv {} (one call), 4 KiB-aliased",
+                    human(r.size)
+                )
+            }
             "rsmpi-latency-ratio" => {
                 format!("rsmpi {} latency / cache-line one-way", human(r.size))
             }

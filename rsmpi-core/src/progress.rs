@@ -234,7 +234,7 @@ impl RecvTable {
             return Err(());
         };
         let into = dst.bytes(regions).ok_or(())?;
-        into[..data.len()].copy_from_slice(data);
+        transport::copy::copy(&mut into[..data.len()], data);
         Ok(done.and_then(|o| slot.finish(o)))
     }
 
@@ -611,7 +611,7 @@ impl State {
             outcome,
         } = e;
         match dst.bytes(&mut self.regions) {
-            Some(b) => b[..data.len()].copy_from_slice(&data),
+            Some(b) => transport::copy::copy(&mut b[..data.len()], &data),
             None => self.fatal("copy", &"receive without buffer"),
         }
         self.engine.recycle(data);
@@ -1073,7 +1073,7 @@ impl State {
                         .dst_mut(recv)
                         .and_then(|d| d.bytes(&mut self.regions));
                     match dst {
-                        Some(dst) => dst[..data.len()].copy_from_slice(&data),
+                        Some(dst) => transport::copy::copy(&mut dst[..data.len()], &data),
                         None => self.fatal("copy", &"receive without buffer"),
                     }
                     self.engine.recycle(data);

@@ -158,6 +158,52 @@ fn lone_messages_are_read_once() {
     }
 }
 
+/// Send and receive buffers at the relative page offsets that matter for 4 KiB
+/// aliasing (`transport::copy`): the receive buffer 0, 16, 31 and 32 bytes past the
+/// send buffer modulo 4 KiB, through the ring (whole and streamed records), lone reads
+/// and rendezvous reads by `process_vm_readv` (through the bounce buffer where the
+/// kernel's copy would alias, on a machine measured slow for it), and pulls.
+#[test]
+fn every_relative_page_offset_delivers_the_bytes() {
+    fn body(u: &rsmpi::Universe) {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        // one allocation, the messages placed from a page boundary
+        let mut mem = vec![0u8; (1 << 20) + 3 * 4096];
+        let base = (4096 - mem.as_ptr() as usize % 4096) % 4096 + 8;
+        let sizes = [4096, 16 * 1024, 40_000, 65536, 256 * 1024, 1 << 20];
+        for (i, &len) in sizes.iter().enumerate() {
+            for (j, rel) in [0usize, 16, 31, 32].into_iter().enumerate() {
+                let tag = (i * 4 + j) as i32;
+                let want = pattern(len, tag as u8);
+                if w.rank() == 0 {
+                    mem[base..base + len].copy_from_slice(&want);
+                    peer.send_with_tag(&mem[base..base + len], tag);
+                } else {
+                    let at = base + rel;
+                    mem[at..at + len].fill(0);
+                    peer.receive_into_with_tag(&mut mem[at..at + len], tag);
+                    assert!(mem[at..at + len] == want[..], "{len} B at +{rel}");
+                }
+            }
+        }
+        w.barrier();
+    }
+    // (a rank runs the body once, in the modes its job was given)
+    let modes = match std::env::var_os("RSMPI_RANK") {
+        Some(_) => &[("auto", "auto")][..],
+        None => &[("read", "cma"), ("ring", "pull"), ("auto", "auto")][..],
+    };
+    for (lone, read) in modes {
+        job_env(
+            2,
+            "every_relative_page_offset_delivers_the_bytes",
+            &[("RSMPI_SHM_LONE", lone), ("RSMPI_SHM_READ", read)],
+            body,
+        );
+    }
+}
+
 #[test]
 fn preposted_receives_take_the_one_sided_path() {
     job(2, "preposted_receives_take_the_one_sided_path", |u| {

@@ -440,11 +440,11 @@ impl Reader {
         // and nothing else writes it meanwhile: each chunk is claimed by one side only.
         let dst = unsafe { std::slice::from_raw_parts_mut(p.dst.add(off), n) };
         match rec {
-            Record::Whole(m) => dst.copy_from_slice(&m[DATA_HDR..]),
+            Record::Whole(m) => transport::copy::copy(dst, &m[DATA_HDR..]),
             Record::Streamed(s) => {
                 let a = crate::Arrival { s, from, pid };
                 a.follow(DATA_HDR, len, |x, y| {
-                    dst[x - DATA_HDR..y - DATA_HDR].copy_from_slice(s.bytes(x, y - x))
+                    transport::copy::copy(&mut dst[x - DATA_HDR..y - DATA_HDR], s.bytes(x, y - x))
                 })?;
             }
         }

@@ -324,7 +324,7 @@ pub fn take(
             // come only from a sender whose CMA works on this process, which could
             // write any of its memory anyway (module docs).
             let dst = unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, n) };
-            dst.copy_from_slice(&m[PUSH_HDR..]);
+            transport::copy::copy(dst, &m[PUSH_HDR..]);
         }
         Record::Whole(_) => {}
         Record::Streamed(s) => {
@@ -333,7 +333,7 @@ pub fn take(
                 // SAFETY: as above.
                 let dst = unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, n) };
                 a.follow(PUSH_HDR, len, |x, y| {
-                    dst[x - PUSH_HDR..y - PUSH_HDR].copy_from_slice(s.bytes(x, y - x))
+                    transport::copy::copy(&mut dst[x - PUSH_HDR..y - PUSH_HDR], s.bytes(x, y - x))
                 })?;
             } else {
                 a.follow(PUSH_HDR, len, |_, _| ())?;

@@ -59,7 +59,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -165,6 +165,10 @@ pub struct RingCtrl {
     /// The first chunk of the producer's pushes not yet claimed by either side
     /// (monotonic; advanced only by compare-and-swap).
     pub push: CachePadded<AtomicU64>,
+    /// What the consumer's reads of the producer's lone messages took, per size class
+    /// of `crate::lone` (ns per KiB, the least of its last few; 0: none yet). Written
+    /// by the consumer, read by the producer's judge.
+    pub reads: CachePadded<[AtomicU32; 2]>,
 }
 
 /// The first bytes of every segment, written by its owner before the first fence.
@@ -360,6 +364,11 @@ impl RingMem {
     #[inline(always)]
     fn write_all(&mut self, off: usize, parts: [&[u8]; 2]) {
         let total = parts[0].len() + parts[1].len();
+        if total >= transport::copy::ALIAS_FROM {
+            // long enough for 4 KiB aliasing to matter (`transport::copy`); out of
+            // line, so that a small message pays one test
+            return self.write_all_long(off, parts);
+        }
         assert!(off + total <= RING_BYTES);
         let mut dst = off;
         for p in parts.into_iter().filter(|p| !p.is_empty()) {
@@ -371,6 +380,23 @@ impl RingMem {
             unsafe {
                 std::ptr::copy_nonoverlapping(p.as_ptr(), self.data.as_ptr().add(dst), p.len())
             };
+            dst += p.len();
+        }
+    }
+
+    /// [`RingMem::write_all`] of a message of [`transport::copy::ALIAS_FROM`] bytes or
+    /// more, each part copied by `transport::copy::copy`.
+    #[inline(never)]
+    fn write_all_long(&mut self, off: usize, parts: [&[u8]; 2]) {
+        let total = parts[0].len() + parts[1].len();
+        assert!(off + total <= RING_BYTES);
+        let mut dst = off;
+        for p in parts.into_iter().filter(|p| !p.is_empty()) {
+            // SAFETY: as in `write_all`: inside the data area (checked above), space the
+            // consumer released and no one reads meanwhile, not overlapping `p`.
+            let to =
+                unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr().add(dst), p.len()) };
+            transport::copy::copy(to, p);
             dst += p.len();
         }
     }
@@ -390,13 +416,10 @@ impl RingMem {
                 // `head`), and the consumer reads a streamed record only below its
                 // progress word, which is stored after these bytes; `p` is a separate
                 // local slice, so the ranges cannot overlap.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        p.as_ptr().add(a - start),
-                        self.data.as_ptr().add(off + a),
-                        b - a,
-                    )
+                let to = unsafe {
+                    std::slice::from_raw_parts_mut(self.data.as_ptr().add(off + a), b - a)
                 };
+                transport::copy::copy(to, &p[a - start..b - start]);
             }
             start += p.len();
         }
@@ -492,6 +515,12 @@ impl Producer {
 
     /// Bytes written and not yet released by the consumer (reads the consumer's
     /// `head`).
+    /// Whether all of the ring has been written through once (every page of it has
+    /// been touched: a copy into it from here on meets no first-touch costs).
+    pub fn lapped(&self) -> bool {
+        self.tail >= RING_BYTES as u64
+    }
+
     pub fn in_flight(&mut self) -> u64 {
         self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
         self.tail - self.head_cache
@@ -500,6 +529,13 @@ impl Producer {
     /// The ring's claim word (`crate::pull`).
     pub fn claim(&self) -> &AtomicU64 {
         &self.mem.ctrl().claim
+    }
+
+    /// What the consumer's reads of this producer's lone messages take, per size class
+    /// (`crate::lone`; ns per KiB, 0: none yet).
+    pub fn reads(&self) -> [u32; 2] {
+        let r = &self.mem.ctrl().reads;
+        [r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)]
     }
 
     /// The ring's push claim word (`crate::push`).
@@ -722,6 +758,12 @@ impl Consumer {
         &self.mem.ctrl().claim
     }
 
+    /// The words in which this consumer tells the producer what its reads of the
+    /// producer's lone messages take (`crate::lone`).
+    pub fn reads(&self) -> &[AtomicU32; 2] {
+        &self.mem.ctrl().reads
+    }
+
     /// Whether all of the ring has been read through once (every page of it has been
     /// touched by both sides).
     pub fn lapped(&self) -> bool {
@@ -888,7 +930,7 @@ mod tests {
     fn constants() {
         assert_eq!(MAX_RECORD, 1026 * 64);
         assert_eq!(CTRL_SLOTS, 28);
-        assert_eq!(CTRL_BYTES, 512);
+        assert_eq!(CTRL_BYTES, 640);
     }
 
     #[test]

@@ -60,6 +60,7 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub mod copy;
 pub mod mem;
 pub mod route;
 
