@@ -16,7 +16,9 @@
 //!
 //! - the ring: the time its own copy into the ring takes, for messages pushed into an
 //!   empty ring (a lone message; the receiver's copy out costs about the same again),
-//!   the least of the last [`KEEP`] per class;
+//!   the least of the last [`KEEP`] per class, counted only once the ring has been
+//!   written through a whole lap (`Producer::lapped`: a first-lap copy of 64 KiB,
+//!   into memory never written before, took 7-8 µs here against 2.5-3.5 µs later);
 //! - the read: a `process_vm_readv` of its own memory, the class's largest size,
 //!   timed once, at the class's first lone message, times [`REMOTE_FACTOR`] (a read of
 //!   another, running process costs more: AMD Zen 3 here, 32 KiB in 6.3-7.9 µs
