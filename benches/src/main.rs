@@ -81,7 +81,8 @@ struct Cli {
     /// Job sizes (ranks) for the collectives, e.g. `--ranks 2,3,4`.
     #[arg(long, value_delimiter = ',', default_values_t = [2u32, 4])]
     ranks: Vec<u32>,
-    /// Run every measurement N times (each its own job) and report medians.
+    /// Run every measurement N times (each its own job) and report medians; with
+    /// `--compare`, in N rounds of one job per implementation.
     #[arg(long, default_value_t = 1)]
     runs: usize,
     /// Pairs of ranks for mbw_mr and multi_lat (default: one pair per two CPUs).
@@ -306,6 +307,21 @@ fn jobs(
     Ok(report::median_of_runs(all))
 }
 
+/// `rounds` rounds of rsmpi's jobs (`rsmpi`) and then the references' (`refs`, which
+/// add their rows), all rows together; stops at rsmpi's first error.
+fn in_rounds(
+    rounds: usize,
+    mut rsmpi: impl FnMut() -> Result<Vec<Row>, String>,
+    mut refs: impl FnMut(&mut Vec<Row>),
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for _ in 0..rounds {
+        rows.extend(rsmpi()?);
+        refs(&mut rows);
+    }
+    Ok(rows)
+}
+
 /// The measurements of one benchmark on rsmpi.
 fn rsmpi_rows(cli: &Cli, bench: &str) -> Result<Vec<Row>, String> {
     let (min, max) = (cli.min_size, cli.max_for(bench));
@@ -472,8 +488,50 @@ fn driver(cli: &Cli) -> i32 {
     let mut all_rows: Vec<Row> = Vec::new();
     let mut failed = false;
     for b in list {
-        let mut rows = match rsmpi_rows(cli, b) {
-            Ok(r) => r,
+        let compared = compare::COMPARABLE.contains(&b) || report::is_collective(b);
+        let job_sizes = if report::is_collective(b) {
+            cli.ranks.clone()
+        } else if b == "mbw_mr" {
+            vec![2 * cli.opts().pairs as u32]
+        } else {
+            vec![2]
+        };
+        // With references, the runs go in rounds: rsmpi's job, then each reference's,
+        // then the next round. The machine's state can change within minutes
+        // (docs/performance.md), and run one implementation after another, N jobs
+        // each, one implementation could meet one state and the next another.
+        let interleaved = compared && !refs.is_empty();
+        let (rounds, each) = if interleaved {
+            (
+                cli.runs.max(1),
+                Cli {
+                    runs: 1,
+                    ..cli.clone()
+                },
+            )
+        } else {
+            (1, cli.clone())
+        };
+        let measured = in_rounds(
+            rounds,
+            || rsmpi_rows(&each, b),
+            |rows| {
+                for r in refs.iter().filter(|_| interleaved) {
+                    for &n in &job_sizes {
+                        match r.rows(b, n, cli.quick, cli.min_size, cli.max_for(b)) {
+                            Ok(x) => rows.extend(x),
+                            Err(e) => {
+                                eprintln!("rsmpi-bench: {e}");
+                                failed = true;
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        let mut rows = match measured {
+            Ok(rows) if interleaved => report::median_of_runs(rows),
+            Ok(rows) => rows,
             Err(e) => {
                 eprintln!("rsmpi-bench: {e}");
                 failed = true;
@@ -503,29 +561,6 @@ fn driver(cli: &Cli) -> i32 {
             }
             have.extend(rows.iter().cloned());
             rows.extend(limits::ratios(&have));
-        }
-        if compare::COMPARABLE.contains(&b) || report::is_collective(b) {
-            let job_sizes = if report::is_collective(b) {
-                cli.ranks.clone()
-            } else if b == "mbw_mr" {
-                vec![2 * cli.opts().pairs as u32]
-            } else {
-                vec![2]
-            };
-            for r in &refs {
-                for &n in &job_sizes {
-                    for _ in 0..cli.runs.max(1) {
-                        match r.rows(b, n, cli.quick, cli.min_size, cli.max_for(b)) {
-                            Ok(x) => rows.extend(x),
-                            Err(e) => {
-                                eprintln!("rsmpi-bench: {e}");
-                                failed = true;
-                            }
-                        }
-                    }
-                }
-            }
-            rows = report::median_of_runs(rows);
         }
         if cli.compare && cli.transport == "verbs" && perftest::COMPARABLE.contains(&b) {
             let sizes = rank::sizes(cli.min_size, cli.max_for(b));
@@ -566,4 +601,74 @@ fn driver(cli: &Cli) -> i32 {
         }
     }
     i32::from(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    fn row(imp: &str, value: f64) -> Row {
+        Row {
+            benchmark: "latency".into(),
+            implementation: imp.into(),
+            transport: "shm".into(),
+            matching: "-".into(),
+            protocol: "-".into(),
+            metric: String::new(),
+            size: 8,
+            value,
+            unit: "us".into(),
+            iterations: 1,
+            ranks: 2,
+        }
+    }
+
+    #[test]
+    fn compared_runs_alternate_in_rounds() {
+        let order = RefCell::new(Vec::new());
+        let mut n = 0.0;
+        let rows = in_rounds(
+            3,
+            || {
+                order.borrow_mut().push("rsmpi");
+                n += 1.0;
+                Ok(vec![row("rsmpi", n)])
+            },
+            |rows| {
+                order.borrow_mut().push("ref");
+                rows.push(row("mpich", 10.0));
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            *order.borrow(),
+            ["rsmpi", "ref", "rsmpi", "ref", "rsmpi", "ref"]
+        );
+        assert_eq!(rows.len(), 6);
+        // each implementation's figure is the median of its rounds
+        let m = report::median_of_runs(rows);
+        let of = |imp: &str| m.iter().find(|r| r.implementation == imp).unwrap().value;
+        assert_eq!((of("rsmpi"), of("mpich")), (2.0, 10.0));
+    }
+
+    #[test]
+    fn a_failed_rsmpi_job_ends_the_rounds() {
+        let mut calls = 0;
+        let mut refs = 0;
+        let r = in_rounds(
+            4,
+            || {
+                calls += 1;
+                if calls == 2 {
+                    Err("the job failed".to_string())
+                } else {
+                    Ok(vec![row("rsmpi", 1.0)])
+                }
+            },
+            |_| refs += 1,
+        );
+        assert_eq!(r.unwrap_err(), "the job failed");
+        assert_eq!((calls, refs), (2, 1));
+    }
 }
