@@ -609,19 +609,7 @@ mod tests {
     use std::cell::RefCell;
 
     fn row(imp: &str, value: f64) -> Row {
-        Row {
-            benchmark: "latency".into(),
-            implementation: imp.into(),
-            transport: "shm".into(),
-            matching: "-".into(),
-            protocol: "-".into(),
-            metric: String::new(),
-            size: 8,
-            value,
-            unit: "us".into(),
-            iterations: 1,
-            ranks: 2,
-        }
+        report::test_row(imp, 8, value, "us")
     }
 
     #[test]

@@ -363,25 +363,28 @@ pub fn read_lines(path: &std::path::Path) -> std::io::Result<Vec<Row>> {
         .collect()
 }
 
+/// A `latency` row of implementation `imp` for tests.
+#[cfg(test)]
+pub(crate) fn test_row(imp: &str, size: u64, value: f64, unit: &str) -> Row {
+    Row {
+        benchmark: "latency".into(),
+        implementation: imp.into(),
+        transport: "shm".into(),
+        matching: "-".into(),
+        protocol: "-".into(),
+        metric: String::new(),
+        size,
+        value,
+        unit: unit.into(),
+        iterations: 1,
+        ranks: 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_row as row;
     use super::*;
-
-    fn row(imp: &str, size: u64, value: f64, unit: &str) -> Row {
-        Row {
-            benchmark: "latency".into(),
-            implementation: imp.into(),
-            transport: "shm".into(),
-            matching: "-".into(),
-            protocol: "-".into(),
-            metric: String::new(),
-            size,
-            value,
-            unit: unit.into(),
-            iterations: 1,
-            ranks: 2,
-        }
-    }
 
     #[test]
     fn median_per_cell() {
