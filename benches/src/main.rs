@@ -516,7 +516,10 @@ fn driver(cli: &Cli) -> i32 {
             rounds,
             || rsmpi_rows(&each, b),
             |rows| {
-                for r in refs.iter().filter(|_| interleaved) {
+                if !interleaved {
+                    return;
+                }
+                for r in &refs {
                     for &n in &job_sizes {
                         match r.rows(b, n, cli.quick, cli.min_size, cli.max_for(b)) {
                             Ok(x) => rows.extend(x),

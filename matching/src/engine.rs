@@ -574,6 +574,22 @@ impl Engine {
         self.stats
     }
 
+    /// Sets how the payload of an eager message that arrives before its receive is
+    /// copied out of the transport's buffer, for payloads of more than 1 KiB (smaller
+    /// ones go into reused buffers): `extend` appends its second argument to its
+    /// first. The default is `Vec::extend_from_slice`; rsmpi passes
+    /// `transport::copy::extend`, which avoids a slow case of some CPUs' string
+    /// copies. Not part of the protocol: it changes no output.
+    ///
+    /// ```
+    /// # use matching::{Config, Engine};
+    /// let mut e = Engine::new(0, 2, Config::default());
+    /// e.copy_early_with(|v, bytes| v.extend_from_slice(bytes));
+    /// ```
+    pub fn copy_early_with(&mut self, extend: fn(&mut Vec<u8>, &[u8])) {
+        self.spares.copy_with(extend);
+    }
+
     /// Takes back the buffer of an [`Output::CopyIn`] once its payload is copied out,
     /// to hold the next early message's payload: small messages that arrive before
     /// their receives then cost no allocation. Dropping the buffer instead is correct

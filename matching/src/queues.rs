@@ -197,12 +197,28 @@ pub(crate) enum UData {
 /// flow of early messages (a wildcard receiver behind its senders, a window posted
 /// late) allocates and frees nothing per message.
 ///
+/// A payload larger than a spare buffer goes into a vector of its own, appended by
+/// the driver's copy ([`Engine::copy_early_with`]; `extend_from_slice` unless set).
+///
 /// Not part of the protocol's state: two engines that differ only in their spares are
 /// equal, and hash alike, for the model checker.
 ///
 /// [`Engine::recycle`]: crate::Engine::recycle
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Spares(Vec<Vec<u8>>);
+/// [`Engine::copy_early_with`]: crate::Engine::copy_early_with
+#[derive(Clone, Debug)]
+pub(crate) struct Spares {
+    bufs: Vec<Vec<u8>>,
+    extend: fn(&mut Vec<u8>, &[u8]),
+}
+
+impl Default for Spares {
+    fn default() -> Self {
+        Spares {
+            bufs: Vec::new(),
+            extend: |v, bytes| v.extend_from_slice(bytes),
+        }
+    }
+}
 
 impl Spares {
     /// Buffers kept at most.
@@ -215,9 +231,11 @@ impl Spares {
     #[inline(always)]
     pub fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
         if bytes.len() > Self::BIG {
-            return bytes.to_vec();
+            let mut v = Vec::new();
+            (self.extend)(&mut v, bytes);
+            return v;
         }
-        let mut v = match self.0.pop() {
+        let mut v = match self.bufs.pop() {
             Some(v) => v,
             None => Vec::with_capacity(Self::SMALL),
         };
@@ -228,10 +246,16 @@ impl Spares {
     /// Keeps `v` for a later [`Spares::copy`] if it is small and there is room.
     #[inline(always)]
     pub fn keep(&mut self, mut v: Vec<u8>) {
-        if v.capacity() <= Self::BIG && v.capacity() > 0 && self.0.len() < Self::KEEP {
+        if v.capacity() <= Self::BIG && v.capacity() > 0 && self.bufs.len() < Self::KEEP {
             v.clear();
-            self.0.push(v);
+            self.bufs.push(v);
         }
+    }
+
+    /// Copies payloads larger than a spare buffer with `extend` (it appends its
+    /// second argument to its first).
+    pub fn copy_with(&mut self, extend: fn(&mut Vec<u8>, &[u8])) {
+        self.extend = extend;
     }
 }
 

@@ -986,6 +986,33 @@ fn early_messages_reuse_the_buffers_handed_back() {
     }
 }
 
+/// `Engine::copy_early_with`: an early payload of more than 1 KiB is copied with the
+/// driver's function (here one that counts its calls and copies the bytes), a small
+/// one into a reused buffer without it; either way the receive gets the payload.
+#[test]
+fn early_payloads_over_a_kib_go_through_the_drivers_copy() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let mut w = World::two(cfg(|c| c.eager_limit = 8192));
+    w.eng[1].copy_early_with(|v, bytes| {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        v.extend_from_slice(bytes);
+    });
+    // (the driver hands each message to clones of the engine too, so a copy is
+    // counted more than once)
+    for len in [1024u64, 1025, 40, 8192] {
+        let before = CALLS.load(Ordering::Relaxed);
+        let s = w.send(0, 1, 5, len, STD);
+        w.deliver_all(0, 1);
+        assert_eq!(w.eng[1].queue_lengths(), (0, 1), "len {len}: unexpected");
+        let r = w.post(1, R0, t(5), 8192);
+        w.run();
+        w.assert_received(1, r, 0, s, 5);
+        let copied = CALLS.load(Ordering::Relaxed) > before;
+        assert_eq!(copied, len > 1024, "len {len}");
+    }
+}
+
 /// `post_recv_early`: a receive that takes an eager message already here comes back
 /// complete, with the payload cut to its capacity and no output queued; one that takes
 /// a synchronous message (its sender waits for the answer) or a rendezvous one is

@@ -240,7 +240,10 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     }
     size_credits(&mut cfg, &caps);
     let me = boot.rank();
-    let engine = Engine::new(me, boot.size(), cfg);
+    let mut engine = Engine::new(me, boot.size(), cfg);
+    // an early message's payload is copied the way that does not stall on this
+    // machine's 4 KiB aliasing, as every other copy of a message is
+    engine.copy_early_with(transport::copy::extend);
     progress::install(State {
         engine,
         transport: wrap_transport(t),

@@ -55,6 +55,41 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
     dst.copy_from_slice(src);
 }
 
+/// Appends `src` to `v`, the fast way for this machine: [`copy`] for a vector that
+/// grows. The matching engine copies an early message's payload with it
+/// (`matching::Engine::copy_early_with`), so that an unexpected message of a few KiB
+/// does not meet the aliasing stall either.
+///
+/// ```
+/// let src = vec![3u8; 8192];
+/// let mut v = Vec::new();
+/// transport::copy::extend(&mut v, &src);
+/// assert_eq!(v, src);
+/// ```
+#[inline(always)]
+pub fn extend(v: &mut Vec<u8>, src: &[u8]) {
+    if src.len() >= ALIAS_FROM {
+        return extend_long(v, src);
+    }
+    v.extend_from_slice(src);
+}
+
+/// [`extend`] of [`ALIAS_FROM`] bytes or more: where the vector's free room lies in
+/// the window, it is zeroed and then written with vector stores (the zeroing is a
+/// store stream, which aliasing does not slow); elsewhere `extend_from_slice`.
+#[inline(never)]
+fn extend_long(v: &mut Vec<u8>, src: &[u8]) {
+    v.reserve(src.len());
+    let at = v.len();
+    let room = v.as_ptr() as usize + at;
+    if aliased(room, src.as_ptr() as usize) && slow_when_aliased() {
+        v.resize(at + src.len(), 0);
+        by_vectors(&mut v[at..], src);
+    } else {
+        v.extend_from_slice(src);
+    }
+}
+
 /// [`copy`] of [`ALIAS_FROM`] bytes or more.
 #[inline(never)]
 fn copy_long(dst: &mut [u8], src: &[u8]) {
@@ -173,6 +208,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn extend_appends_exactly_at_every_offset() {
+        let src: Vec<u8> = (0..9000u32).map(|i| (i * 5 + 1) as u8).collect();
+        for len in [0, 1, 1024, 2047, 2048, 4096, 5000, 8191] {
+            for rel in [0usize, 1, 16, 31, 32, 4095] {
+                // a vector whose free room starts `rel` bytes past the source's page
+                // offset, with `head` bytes in it already
+                let mut v: Vec<u8> = Vec::with_capacity(len + 4200);
+                let want = (src.as_ptr() as usize + rel) % 4096;
+                let head = (want + 4096 - v.as_ptr() as usize % 4096) % 4096;
+                v.resize(head, 0xAA);
+                let s = &src[..len];
+                extend(&mut v, s);
+                assert_eq!(v.len(), head + len, "len {len} rel {rel}");
+                assert_eq!(&v[head..], s, "len {len} rel {rel}");
+                assert!(v[..head].iter().all(|&b| b == 0xAA), "before");
+            }
+        }
+        let mut v = Vec::new();
+        extend(&mut v, &src[..4096]);
+        assert_eq!(v, &src[..4096], "into an empty vector");
     }
 
     #[test]
