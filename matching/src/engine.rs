@@ -3,7 +3,7 @@
 
 use crate::advertised::{Adv, AdvTable, Crossing};
 use crate::map::{Counts, HMap, OneMap, Window};
-use crate::queues::{Posted, Spares, UData, UEntry, Unexpected};
+use crate::queues::{CopyEarly, Posted, Spares, UData, UEntry, Unexpected};
 use crate::types::*;
 use crate::wire::{self, Body, Ctrl, Frame, Header, SendFlags};
 use std::collections::VecDeque;
@@ -464,6 +464,8 @@ pub struct Engine {
     /// Buffers for the payloads of unexpected eager messages, handed back by
     /// [`Engine::recycle`].
     spares: Spares,
+    /// How an early payload too big for a spare buffer is copied.
+    copy_early: CopyEarly,
     probed: HMap<MsgId, UEntry>,
     recvs: OneMap<RecvId, RecvState>,
     sends: OneMap<SendId, SendState>,
@@ -515,6 +517,7 @@ impl Engine {
             posted: Posted::default(),
             unexpected: Unexpected::default(),
             spares: Spares::default(),
+            copy_early: CopyEarly::default(),
             probed: HMap::default(),
             recvs: OneMap::default(),
             sends: OneMap::default(),
@@ -587,7 +590,7 @@ impl Engine {
     /// e.copy_early_with(|v, bytes| v.extend_from_slice(bytes));
     /// ```
     pub fn copy_early_with(&mut self, extend: fn(&mut Vec<u8>, &[u8])) {
-        self.spares.copy_with(extend);
+        self.copy_early = CopyEarly(extend);
     }
 
     /// Takes back the buffer of an [`Output::CopyIn`] once its payload is copied out,
@@ -2084,10 +2087,10 @@ impl Engine {
         bytes: Option<&[u8]>,
     ) {
         let data = match body {
-            Body::Eager => UData::Eager(
-                self.spares
-                    .copy(&bytes.expect("handle_head hands over matched sends only")[hl..]),
-            ),
+            Body::Eager => UData::Eager(self.spares.copy(
+                &bytes.expect("handle_head hands over matched sends only")[hl..],
+                self.copy_early.0,
+            )),
             Body::Rndv(src) => UData::Rndv(src),
             Body::GetNow(src) => {
                 let xfer = XferId(self.id());

@@ -198,27 +198,15 @@ pub(crate) enum UData {
 /// late) allocates and frees nothing per message.
 ///
 /// A payload larger than a spare buffer goes into a vector of its own, appended by
-/// the driver's copy ([`Engine::copy_early_with`]; `extend_from_slice` unless set).
+/// the driver's copy ([`Engine::copy_early_with`]).
 ///
 /// Not part of the protocol's state: two engines that differ only in their spares are
 /// equal, and hash alike, for the model checker.
 ///
 /// [`Engine::recycle`]: crate::Engine::recycle
 /// [`Engine::copy_early_with`]: crate::Engine::copy_early_with
-#[derive(Clone, Debug)]
-pub(crate) struct Spares {
-    bufs: Vec<Vec<u8>>,
-    extend: fn(&mut Vec<u8>, &[u8]),
-}
-
-impl Default for Spares {
-    fn default() -> Self {
-        Spares {
-            bufs: Vec::new(),
-            extend: |v, bytes| v.extend_from_slice(bytes),
-        }
-    }
-}
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Spares(Vec<Vec<u8>>);
 
 impl Spares {
     /// Buffers kept at most.
@@ -227,15 +215,16 @@ impl Spares {
     const BIG: usize = 1024;
     const SMALL: usize = 64;
 
-    /// `bytes` in a buffer of its own: a spare one if there is one.
+    /// `bytes` in a buffer of its own: a spare one if there is one, or for a payload
+    /// too big for one, a vector of its own that `extend` fills.
     #[inline(always)]
-    pub fn copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+    pub fn copy(&mut self, bytes: &[u8], extend: fn(&mut Vec<u8>, &[u8])) -> Vec<u8> {
         if bytes.len() > Self::BIG {
             let mut v = Vec::new();
-            (self.extend)(&mut v, bytes);
+            extend(&mut v, bytes);
             return v;
         }
-        let mut v = match self.bufs.pop() {
+        let mut v = match self.0.pop() {
             Some(v) => v,
             None => Vec::with_capacity(Self::SMALL),
         };
@@ -246,17 +235,37 @@ impl Spares {
     /// Keeps `v` for a later [`Spares::copy`] if it is small and there is room.
     #[inline(always)]
     pub fn keep(&mut self, mut v: Vec<u8>) {
-        if v.capacity() <= Self::BIG && v.capacity() > 0 && self.bufs.len() < Self::KEEP {
+        if v.capacity() <= Self::BIG && v.capacity() > 0 && self.0.len() < Self::KEEP {
             v.clear();
-            self.bufs.push(v);
+            self.0.push(v);
         }
     }
+}
 
-    /// Copies payloads larger than a spare buffer with `extend` (it appends its
-    /// second argument to its first).
-    pub fn copy_with(&mut self, extend: fn(&mut Vec<u8>, &[u8])) {
-        self.extend = extend;
+/// How an early payload too big for a spare buffer is appended to its vector
+/// ([`Engine::copy_early_with`]). Like [`Spares`], not part of the protocol's state:
+/// equal to every other, hashed as nothing.
+///
+/// [`Engine::copy_early_with`]: crate::Engine::copy_early_with
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CopyEarly(pub fn(&mut Vec<u8>, &[u8]));
+
+impl Default for CopyEarly {
+    fn default() -> Self {
+        CopyEarly(|v, bytes| v.extend_from_slice(bytes))
     }
+}
+
+impl PartialEq for CopyEarly {
+    fn eq(&self, _: &CopyEarly) -> bool {
+        true
+    }
+}
+
+impl Eq for CopyEarly {}
+
+impl std::hash::Hash for CopyEarly {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 impl PartialEq for Spares {
