@@ -953,6 +953,18 @@ fn eager_and_rendezvous_fallback() {
     }
 }
 
+/// Rank 0 sends `len` bytes on tag 5; they arrive at rank 1 before its receive, which
+/// is posted then and gets them.
+fn early_round(w: &mut World, len: u64) -> RecvId {
+    let s = w.send(0, 1, 5, len, STD);
+    w.deliver_all(0, 1);
+    assert_eq!(w.eng[1].queue_lengths(), (0, 1), "len {len}: unexpected");
+    let r = w.post(1, R0, t(5), 8192);
+    w.run();
+    w.assert_received(1, r, 0, s, 5);
+    r
+}
+
 /// Early eager messages are copied into buffers the driver hands back
 /// (`Engine::recycle`): the next early message reuses one, with its own bytes only,
 /// however long the one before it was; a buffer longer than a small message's is not
@@ -962,12 +974,7 @@ fn early_messages_reuse_the_buffers_handed_back() {
     let mut w = World::two(cfg(|c| c.eager_limit = 8192));
     let mut ptrs = vec![];
     for len in [40u64, 8, 0, 63, 1, 4000, 16, 5000, 2] {
-        let s = w.send(0, 1, 5, len, STD);
-        w.deliver_all(0, 1);
-        assert_eq!(w.eng[1].queue_lengths(), (0, 1), "len {len}: unexpected");
-        let r = w.post(1, R0, t(5), 8192);
-        w.run();
-        w.assert_received(1, r, 0, s, 5);
+        let r = early_round(&mut w, len);
         // nothing past the message was written, stale bytes of a longer one included
         let buf = w.recv_bytes(1, r);
         assert!(
@@ -1002,12 +1009,7 @@ fn early_payloads_over_a_kib_go_through_the_drivers_copy() {
     // counted more than once)
     for len in [1024u64, 1025, 40, 8192] {
         let before = CALLS.load(Ordering::Relaxed);
-        let s = w.send(0, 1, 5, len, STD);
-        w.deliver_all(0, 1);
-        assert_eq!(w.eng[1].queue_lengths(), (0, 1), "len {len}: unexpected");
-        let r = w.post(1, R0, t(5), 8192);
-        w.run();
-        w.assert_received(1, r, 0, s, 5);
+        early_round(&mut w, len);
         let copied = CALLS.load(Ordering::Relaxed) > before;
         assert_eq!(copied, len > 1024, "len {len}");
     }
