@@ -1028,15 +1028,41 @@ fn improbe_once(
     Ok(found.map(|(m, st, _)| (m, st)))
 }
 
-/// Receives a message from `src` with `tag` on `comm` if one has already arrived,
-/// without polling for more: the race checker's batches of notes, which the user's
-/// calls' progress delivers into the unexpected queue, are fetched this way so that
-/// looking for them never moves a user message.
-pub(crate) fn arrived_vec(comm: &SimpleCommunicator, src: Rank, tag: Tag) -> Option<Vec<u8>> {
-    let ctx = comm.ctx;
-    let (src, tag) = (source(comm, Some(src)).ok()??, tagsel(Some(tag)).ok()?);
-    let (msg, st, _) = progress::with(|s| take_arrived(s, ctx, src, tag))?;
-    msg.receive_vec(st).ok().map(|(v, _)| v)
+/// Receives a message from `src` with `tag` on `comm` into `buf` if one has already
+/// arrived, without polling for more: the race checker's batches of notes, which the
+/// user's calls' progress delivers into the unexpected queue, are fetched this way so
+/// that looking for them never moves a user message. `buf`'s bytes are replaced and
+/// its room reused. With `wait`, the message is waited for (a blocking probe) if it
+/// has not arrived. `Err` gives `buf` back when no message is taken.
+pub(crate) fn arrived_into(
+    comm: &SimpleCommunicator,
+    src: Rank,
+    tag: Tag,
+    mut buf: Vec<u8>,
+    wait: bool,
+) -> std::result::Result<Vec<u8>, Vec<u8>> {
+    let taken = if wait {
+        let _t = tools::call(Op::Recv);
+        Some(mprobe(comm, Some(src), Some(tag)).unwrap_or_else(|e| fail("receive_vec", e)))
+    } else {
+        let ctx = comm.ctx;
+        match (source(comm, Some(src)), tagsel(Some(tag))) {
+            (Ok(Some(src)), Ok(tag)) => {
+                progress::with(|s| take_arrived(s, ctx, src, tag)).map(|(m, st, _)| (m, st))
+            }
+            _ => None,
+        }
+    };
+    let Some((msg, st)) = taken else {
+        return Err(buf);
+    };
+    buf.clear();
+    buf.resize(st.len as usize, 0);
+    match msg.try_receive_into(&mut buf[..]) {
+        Ok(_) => Ok(buf),
+        Err(e) if wait => fail("receive_vec", e),
+        Err(_) => Err(buf),
+    }
 }
 
 /// Takes a message matching (`src`, `tag`) on context `ctx` that has already arrived,

@@ -278,6 +278,9 @@ struct Inbox {
     /// Notes passed over by messages taken ahead of theirs, with their clocks (a
     /// message taken out of its sender's order is rare: a short list).
     passed: Vec<(Kept, Clock)>,
+    /// The vector of the last batch read to its end, for the next batch to be
+    /// received into ([`batch_from`]).
+    spent: Option<Vec<u8>>,
 }
 
 /// A note that does not read as one ([`put_note`]).
@@ -335,7 +338,10 @@ impl Inbox {
         let kept = read_note(note, files, width, clock).ok_or(Malformed)?;
         self.at += 4 + len;
         if self.at == b.len() {
-            self.batches.pop_front();
+            self.spent = self
+                .batches
+                .pop_front()
+                .filter(|b| b.capacity() <= SPARE_BYTES);
             self.at = 0;
         }
         Ok(Some(kept))
@@ -585,6 +591,10 @@ pub(crate) struct Notes {
     pending: Vec<Held>,
     /// Messages whose notes are held in `pending`, all destinations together.
     held: u32,
+    /// Vectors of batches sent, for the next notes ([`SPARES`]), and the list of
+    /// batches [`idle`] sends, kept for the next time.
+    spare: Vec<Vec<u8>>,
+    outgoing: Vec<(u32, Vec<u8>)>,
     /// The source files named to each destination so far, by the address of their
     /// name, with the number each destination knows them by: a note names its file
     /// once per destination, then by number. The file named last sits beside the table.
@@ -603,6 +613,23 @@ struct Held {
     /// The last note, while the next message may extend it.
     open: Option<Open>,
 }
+
+impl Held {
+    /// The notes, to be sent; what is held starts again in a spare vector (from
+    /// `spare`, the vectors of batches sent before).
+    fn take_bytes(&mut self, spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
+        self.count = 0;
+        self.open = None;
+        std::mem::replace(&mut self.bytes, spare.pop().unwrap_or_default())
+    }
+}
+
+/// Vectors of batches sent kept for the next notes, at most this many of at most
+/// [`SPARE_BYTES`] each: a batch written into a new vector cost an allocation and
+/// its growth, ~500 instructions a batch where every message has a note of its own
+/// (a ping-pong).
+const SPARES: usize = 8;
+const SPARE_BYTES: usize = 64 << 10;
 
 /// The last note held for a rank, as the next message would have to repeat it to
 /// extend it instead of writing a note of its own.
@@ -768,6 +795,8 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         next_type: None,
         pending: vec![Held::default(); size],
         held: 0,
+        spare: Vec::new(),
+        outgoing: Vec::new(),
         files_sent: vec![FilesSent::default(); size],
         files_got: vec![Vec::new(); size],
     };
@@ -803,6 +832,14 @@ pub(crate) fn finish() {
 }
 
 impl Notes {
+    /// Keeps the vector of a batch sent for the next notes, if there is room.
+    fn keep_spare(&mut self, mut b: Vec<u8>) {
+        if self.spare.len() < SPARES && b.capacity() <= SPARE_BYTES {
+            b.clear();
+            self.spare.push(b);
+        }
+    }
+
     /// The receives posted and not completed yet.
     fn posted_list(&self) -> Vec<(RecvId, Posted)> {
         self.posted
@@ -1292,13 +1329,17 @@ fn after_add(mut added: Added, ctx: u32, dest: u32, tag: i32, ty: Option<&TypeSi
 #[inline(never)]
 fn send_held(dest: u32) {
     let Some(Some((tool, b))) = with_notes(|r| {
-        let h = std::mem::take(&mut r.pending[dest as usize]);
+        let h = &mut r.pending[dest as usize];
+        if h.count == 0 {
+            return None;
+        }
         r.held -= h.count;
-        (h.count > 0).then_some((r.tool, h.bytes))
+        Some((r.tool, h.take_bytes(&mut r.spare)))
     }) else {
         return;
     };
     send_notes(&tool, dest, &b);
+    with_notes(|r| r.keep_spare(b));
 }
 
 fn send_notes(tool: &SimpleCommunicator, dest: u32, batch: &[u8]) {
@@ -1310,26 +1351,31 @@ fn send_notes(tool: &SimpleCommunicator, dest: u32, batch: &[u8]) {
 #[cold]
 #[inline(never)]
 pub(crate) fn idle() {
-    let Some(Some((tool, batches))) = tools::with(|t| {
+    let Some(Some((tool, mut batches))) = tools::with(|t| {
         let r = t.notes.as_mut()?;
         if r.held == 0 {
             return None;
         }
         r.held = 0;
-        let batches: Vec<(u32, Vec<u8>)> = r
-            .pending
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, h)| h.count > 0)
-            .map(|(d, h)| (d as u32, std::mem::take(h).bytes))
-            .collect();
+        let mut batches = std::mem::take(&mut r.outgoing);
+        for (d, h) in r.pending.iter_mut().enumerate() {
+            if h.count > 0 {
+                batches.push((d as u32, h.take_bytes(&mut r.spare)));
+            }
+        }
         Some((r.tool, batches))
     }) else {
         return;
     };
-    for (dest, b) in batches {
-        send_notes(&tool, dest, &b);
+    for (dest, b) in &batches {
+        send_notes(&tool, *dest, b);
     }
+    with_notes(|r| {
+        for (_, b) in batches.drain(..) {
+            r.keep_spare(b);
+        }
+        r.outgoing = batches;
+    });
 }
 
 /// The receive about to be posted has type signature `ty` (from the watched calls;
@@ -1416,7 +1462,7 @@ fn check_events_now(block: bool) {
     };
     tools::own_traffic(|| {
         for src in (0..size as u32).filter(|&p| p != me) {
-            while let Some(b) = crate::point_to_point::arrived_vec(&tool, src as i32, 0) {
+            while let Some(b) = batch_from(&tool, src, false) {
                 with_notes(|r| r.take_batch(src, b));
             }
         }
@@ -1432,12 +1478,7 @@ fn check_events_now(block: bool) {
             _ => break,
         };
         // the next one's note has not been taken in yet: wait for it if it is owed
-        let batch = if block && owed > 0 {
-            Some(tool.process_at_rank(src as i32).receive_vec_with_tag(0).0)
-        } else {
-            crate::point_to_point::arrived_vec(&tool, src as i32, 0)
-        };
-        let Some(b) = batch else {
+        let Some(b) = batch_from(&tool, src, block && owed > 0) else {
             break;
         };
         with_notes(|r| r.take_batch(src, b));
@@ -1465,6 +1506,23 @@ fn check_events_now(block: bool) {
             report(&mut r, &w, &m);
         }
         tools::with(|t| t.notes = Some(r));
+    }
+}
+
+/// The next batch of notes from world rank `src` on `tool` (with `wait`, waited
+/// for), received into the vector of the last batch read from `src` if it is kept:
+/// a new vector for each batch cost an allocation and its free, ~240 instructions a
+/// batch where every message has a note of its own.
+fn batch_from(tool: &SimpleCommunicator, src: u32, wait: bool) -> Option<Vec<u8>> {
+    let buf = with_notes(|r| r.inbox[src as usize].spent.take())
+        .flatten()
+        .unwrap_or_default();
+    match crate::point_to_point::arrived_into(tool, src as i32, 0, buf, wait) {
+        Ok(b) => Some(b),
+        Err(buf) => {
+            with_notes(|r| r.inbox[src as usize].spent = Some(buf));
+            None
+        }
     }
 }
 
@@ -1818,6 +1876,46 @@ mod tests {
             assert_eq!(clock, [seq - 1, if seq == 1 { 0 } else { seq }]);
             assert_eq!(ib.batches.len(), 1);
         }
+    }
+
+    #[test]
+    fn a_batch_read_to_its_end_is_kept_for_the_next() {
+        let mut ib = Inbox::default();
+        let mut clock = Vec::new();
+        ib.push(batch(&[(1, 0, [3, 4]), (1, 1, [5, 6])]));
+        take(&mut ib, 1, 0, &mut clock).unwrap().unwrap();
+        assert!(ib.spent.is_none(), "a batch still being read is not spent");
+        take(&mut ib, 1, 1, &mut clock).unwrap().unwrap();
+        let spent = ib.spent.take().expect("the batch read to its end");
+        assert!(spent.capacity() > 0);
+        // a batch too large to keep is let go
+        let mut big = batch(&[(1, 2, [7, 8])]);
+        big.reserve(SPARE_BYTES);
+        ib.push(big);
+        take(&mut ib, 1, 2, &mut clock).unwrap().unwrap();
+        assert!(ib.spent.is_none());
+    }
+
+    #[test]
+    fn held_notes_leave_in_their_vector_and_the_next_start_in_a_spare() {
+        let mut spare = vec![Vec::with_capacity(100)];
+        let mut h = Held {
+            bytes: batch(&[(1, 0, [1, 2])]),
+            count: 3,
+            open: None,
+        };
+        let sent = h.take_bytes(&mut spare);
+        assert_eq!(sent, batch(&[(1, 0, [1, 2])]));
+        assert_eq!((h.count, h.bytes.len(), h.bytes.capacity()), (0, 0, 100));
+        assert!(h.open.is_none() && spare.is_empty());
+        // with no spare left, a new vector
+        let mut h2 = Held {
+            bytes: sent,
+            count: 1,
+            open: None,
+        };
+        assert!(!h2.take_bytes(&mut spare).is_empty());
+        assert_eq!(h2.bytes.capacity(), 0);
     }
 
     #[test]
