@@ -341,7 +341,7 @@ impl Inbox {
             self.spent = self
                 .batches
                 .pop_front()
-                .filter(|b| b.capacity() <= SPARE_BYTES);
+                .filter(|b| b.capacity() <= SPENT_BYTES);
             self.at = 0;
         }
         Ok(Some(kept))
@@ -630,6 +630,11 @@ impl Held {
 /// (a ping-pong).
 const SPARES: usize = 8;
 const SPARE_BYTES: usize = 64 << 10;
+
+/// The largest vector of a batch read that a rank's [`Inbox`] keeps for its next
+/// batch: one is kept per rank, so the bound is small (a batch of a note or two at a
+/// few hundred ranks).
+const SPENT_BYTES: usize = 4 << 10;
 
 /// The last note held for a rank, as the next message would have to repeat it to
 /// extend it instead of writing a note of its own.
@@ -1890,7 +1895,7 @@ mod tests {
         assert!(spent.capacity() > 0);
         // a batch too large to keep is let go
         let mut big = batch(&[(1, 2, [7, 8])]);
-        big.reserve(SPARE_BYTES);
+        big.reserve(SPENT_BYTES);
         ib.push(big);
         take(&mut ib, 1, 2, &mut clock).unwrap().unwrap();
         assert!(ib.spent.is_none());
