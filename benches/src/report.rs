@@ -183,8 +183,10 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
     }
     // ratio columns: for every rsmpi column whose metric also has reference columns
     // (the derived metrics `post` and `preposted+post` get none; mbw_mr's is its
-    // message rate); (rsmpi column, metric, higher better)
-    let mut ratios: Vec<(String, String, bool)> = Vec::new();
+    // message rate); (rsmpi column, metric, unit, higher better). The best reference
+    // is looked for in the same metric *and unit*: mbw_mr's MB/s and msg/s rows share
+    // a metric, and from 1 MiB a reference's MB/s outnumbers its msg/s
+    let mut ratios: Vec<(String, String, String, bool)> = Vec::new();
     for r in rs.iter().filter(|r| {
         r.implementation == "rsmpi"
             && (matches!(r.metric.as_str(), "" | "plain" | "preposted") || r.unit == "msg/s")
@@ -193,8 +195,9 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
             .iter()
             .any(|x| x.implementation != "rsmpi" && x.metric == r.metric && x.unit == r.unit);
         let c = column(r);
-        if has_ref && !ratios.iter().any(|(rc, _, _)| *rc == c) {
-            ratios.push((c, r.metric.clone(), higher_is_better(&r.unit)));
+        if has_ref && !ratios.iter().any(|(rc, ..)| *rc == c) {
+            let unit = r.unit.clone();
+            ratios.push((c, r.metric.clone(), unit, higher_is_better(&r.unit)));
         }
     }
     let mut table: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
@@ -219,7 +222,7 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
     for c in &cols {
         write!(out, " {:>w$}", c, w = w(c))?;
     }
-    for (_, m, hb) in &ratios {
+    for (_, m, _, hb) in &ratios {
         let label = if m.is_empty() {
             "rsmpi/best".to_string()
         } else {
@@ -241,11 +244,16 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
                 None => write!(out, " {:>w$}", "-", w = w(c))?,
             }
         }
-        for (rc, m, hb) in &ratios {
+        for (rc, m, unit, hb) in &ratios {
             let label_w = if m.is_empty() { 10 } else { 11 + m.len() } + 12;
             let best = rs
                 .iter()
-                .filter(|x| x.size == *size && x.implementation != "rsmpi" && x.metric == *m)
+                .filter(|x| {
+                    x.size == *size
+                        && x.implementation != "rsmpi"
+                        && x.metric == *m
+                        && x.unit == *unit
+                })
                 .map(|x| x.value)
                 .fold(None, |acc: Option<f64>, v| {
                     Some(acc.map_or(v, |a| if *hb { a.max(v) } else { a.min(v) }))
@@ -429,6 +437,32 @@ mod tests {
                 .ends_with("0.50"),
             "{text}"
         );
+    }
+
+    /// mbw_mr's ratio is its message rate over the best reference's message rate, at
+    /// every size: from 1 MiB a reference's MB/s figure is the larger of its two, and
+    /// the ratio once divided by it.
+    #[test]
+    fn mbw_mr_ratio_in_messages_per_second() {
+        let mut rows = Vec::new();
+        for (imp, mbs, rate) in [
+            ("rsmpi", 6750.0, 3218.0),
+            ("openmpi-vader", 5800.0, 2765.0),
+            ("mpich", 5170.0, 2467.0),
+        ] {
+            for (v, unit) in [(mbs, "MB/s"), (rate, "msg/s")] {
+                let mut r = row(imp, 2 << 20, v, unit);
+                r.benchmark = "mbw_mr".into();
+                r.metric = "1 pair(s)".into();
+                rows.push(r);
+            }
+        }
+        let mut out = Vec::new();
+        print_tables(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text.lines().find(|l| l.starts_with('2')).unwrap();
+        // 3218 / 2765, not 3218 / 5800
+        assert!(line.trim_end().ends_with("1.16"), "{text}");
     }
 
     #[test]
