@@ -359,12 +359,29 @@ pub(crate) fn blocking_send<U: tools::Caller, B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     if tools::is_on() {
-        if tools::checking() {
-            return blocking_send_checked(comm, rank, buf, tag, mode);
-        }
-        return blocking_send_watched(comm, rank, buf, tag, mode);
+        return blocking_send_tooled(*comm, rank, buf, tag, mode);
     }
     send_now_or_wait::<U::Off, _>(comm, rank, buf, tag, mode)
+}
+
+/// [`blocking_send`] with a tool on. The communicator comes by value: passed by
+/// reference, the user's function kept the copy that `Destination::send_with_tag`
+/// makes of it (`rsmpi_destination`) in memory for this call alone, which cost the
+/// unwatched copy 5–6 instructions a send (`docs/tools.md`, "Cost").
+#[track_caller]
+#[cold]
+#[inline(never)]
+fn blocking_send_tooled<B: Buffer + ?Sized>(
+    comm: SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<()> {
+    if tools::checking() {
+        return blocking_send_checked(&comm, rank, buf, tag, mode);
+    }
+    blocking_send_watched(&comm, rank, buf, tag, mode)
 }
 
 /// [`blocking_send`] with a tool on.
