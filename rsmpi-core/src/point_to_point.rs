@@ -384,7 +384,8 @@ fn blocking_send_tooled<B: Buffer + ?Sized>(
     blocking_send_watched(&comm, rank, buf, tag, mode)
 }
 
-/// [`blocking_send`] with a tool on.
+/// [`blocking_send`] with the tracer alone on, or with standard sends made
+/// synchronous for the deadlock check ([`blocking_send_tooled`]).
 #[track_caller]
 #[cold]
 #[inline(never)]
