@@ -12,7 +12,7 @@
 //! `trace.json` opens in <https://ui.perfetto.dev> (or `chrome://tracing`): one track
 //! per rank, a slice per MPI call, an arrow per message, the flush pauses removed.
 //!
-//! * **What is recorded** ([`format`]): enter and leave of each MPI call; each message
+//! * **What is recorded** ([`format`](mod@format)): enter and leave of each MPI call; each message
 //!   sent (peer, tag, communicator, bytes and its number on its channel) and each
 //!   receive completed, so that the two ends pair one to one; flush epochs and
 //!   clock samples.
