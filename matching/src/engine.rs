@@ -322,9 +322,43 @@ struct Peer {
     credits: u32,
     owed: u32,
     outbox: VecDeque<Queued>,
+    /// Sends to this peer still to be read because traffic crossed
+    /// ([`Config::cross_read_above`]): set to [`CROSS_HOLD`] by each crossing arrival,
+    /// one less for each send it makes read.
+    cross_left: u32,
 }
 
+/// Credits a peer may have missing with nothing of this rank's in flight: control
+/// messages it has not answered yet (each costs one: a ping-pong's reply, a
+/// rendezvous' done).
+const SLACK: u32 = 4;
+
+/// Sends to a peer that one crossing arrival from it lets be read
+/// ([`Config::cross_read_above`]): enough for two windows of a bandwidth benchmark's
+/// sends made before the arrivals behind them are handled, few enough that a stream
+/// that has turned one-way soon goes eager again.
+pub const CROSS_HOLD: u32 = 128;
+
 impl Peer {
+    /// Whether a stream of this rank's is in flight to the peer: two sends or more
+    /// not finished (waiting for a reply, queued, or not yet sent), or more credits
+    /// missing than one message the eager limit carries costs and a few control
+    /// messages. One message each way, as an exchange (`sendrecv`) makes, is not a
+    /// stream: there a read's extra crossings cost more than the copies it saves.
+    #[inline(always)]
+    fn streaming(&self, cfg: &Config) -> bool {
+        self.waiting.len() >= 2
+            || cfg.credits.saturating_sub(self.credits)
+                > cfg.credit_cost(cfg.eager_limit).saturating_add(SLACK)
+    }
+
+    /// Whether every credit towards the peer is back but a few: control messages it
+    /// has not answered yet (each costs one).
+    #[inline(always)]
+    fn credits_back(&self, cfg: &Config) -> bool {
+        self.credits.saturating_add(SLACK) >= cfg.credits
+    }
+
     /// Settles the current phase as far as its outcomes tell: a resume's phase that
     /// lost its bet distrusts posting ahead; any phase that shows advertising paying
     /// trusts it again.
@@ -453,8 +487,8 @@ impl std::hash::Hash for Blockers {
 pub struct Engine {
     cfg: Config,
     /// The largest eager payload the send fast path takes: the eager limit, or
-    /// [`Config::lone_read_above`] if lower (a larger send may be read if lone, which
-    /// [`Engine::start_send`] decides).
+    /// [`Config::lone_read_above`] or [`Config::cross_read_above`] if lower (a larger
+    /// send may be read if lone or crossing, which [`Engine::start_send`] decides).
     fast_limit: u64,
     me: Rank,
     size: u32,
@@ -510,7 +544,10 @@ impl Engine {
         };
         Engine {
             cfg,
-            fast_limit: cfg.eager_limit.min(cfg.lone_read_above),
+            fast_limit: cfg
+                .eager_limit
+                .min(cfg.lone_read_above)
+                .min(cfg.cross_read_above),
             me,
             size,
             peers: vec![peer; size as usize],
@@ -1472,13 +1509,24 @@ impl Engine {
             && spec.read_if_lone
             && p.waiting.len() == 1
             && Self::lone(&self.cfg, self.me, p, &spec);
-        if lone {
+        // traffic crosses: read, whether lone or not (rule 19)
+        let cross = fits
+            && p.cross_left > 0
+            && spec.len > self.cfg.cross_read_above
+            && spec.mode == SendMode::Standard
+            && spec.dest != self.me;
+        if cross {
+            p.cross_left -= 1;
+            self.stats.cross_reads += 1;
+        } else if lone {
             self.stats.lone_reads += 1;
         }
+        let lone = lone || cross;
         let eager = fits && !lone;
-        // a lone send is read at once, into a staging buffer if no receive takes it
-        // yet: it completes as the eager send it replaces would, whether or not its
-        // receive is posted (two ranks that both send before they receive still meet)
+        // a lone or crossing send is read at once, into a staging buffer if no receive
+        // takes it yet: it completes as the eager send it replaces would, whether or
+        // not its receive is posted (two ranks that both send before they receive
+        // still meet)
         let now = self.cfg.protocol == RecvProtocol::Get || lone;
         let body = if eager {
             self.stats.eager_sends += 1;
@@ -1522,14 +1570,12 @@ impl Engine {
     /// flight are not.
     #[inline(always)]
     fn lone(cfg: &Config, me: Rank, p: &Peer, spec: &SendSpec) -> bool {
-        /// Credits a lone send may find missing: control messages the peer has not
-        /// answered yet (each costs one).
-        const SLACK: u32 = 4;
+        // (`p.waiting` holds this send already: the caller checks it holds only it)
         spec.len > cfg.lone_read_above
             && spec.mode == SendMode::Standard
             && spec.dest != me
             && p.outbox.is_empty()
-            && p.credits.saturating_add(SLACK) >= cfg.credits
+            && p.credits_back(cfg)
     }
 
     /// The fast path of a standard send whose message can leave at once and carries its
@@ -1993,6 +2039,17 @@ impl Engine {
         Ok(deliver)
     }
 
+    /// A send request above [`Config::cross_read_above`] arrived from `from`: if a
+    /// stream of this rank's is in flight to it, their traffic crosses, and the
+    /// next [`CROSS_HOLD`] sends to it may be read (rule 19).
+    #[cold]
+    fn crossed_by(&mut self, from: Rank) {
+        let p = &mut self.peers[from as usize];
+        if from != self.me && p.streaming(&self.cfg) {
+            p.cross_left = CROSS_HOLD;
+        }
+    }
+
     /// A send request from `from` (its credits taken): matched against the posted
     /// receives, or queued as unexpected. Returns the delivery of an eager payload
     /// that a posted receive takes. `hl`: the header's length; `bytes`: the whole
@@ -2013,6 +2070,9 @@ impl Engine {
             body,
         } = req;
         let mut deliver = None;
+        if len > self.cfg.cross_read_above {
+            self.crossed_by(from);
+        }
         let count_first = !self.mutated(Mutation::CountAfterRelease);
         let p = &mut self.peers[from as usize];
         p.sendreq_seen += u64::from(count_first);

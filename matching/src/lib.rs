@@ -101,6 +101,8 @@ mod queues;
 mod types;
 pub mod wire;
 
-pub use engine::{Deliver, Early, Engine, GetInto, Output, Posting, RecvSpec, SendSpec};
+pub use engine::{
+    Deliver, Early, Engine, GetInto, Output, Posting, RecvSpec, SendSpec, CROSS_HOLD,
+};
 pub use map::{Numbered, OneMap, Window};
 pub use types::*;

@@ -220,6 +220,18 @@ pub struct Config {
     /// stream of sends keeps the eager channel after its first. The receiver takes
     /// either kind of send request, so ranks may differ. `u64::MAX` = never.
     pub lone_read_above: u64,
+    /// A standard send of more than this many bytes, within the eager limit, goes as
+    /// a get-now request (read once by its receiver, as a lone send is) while traffic
+    /// *crosses*: the destination's own send requests of more than this many bytes
+    /// have been arriving while a stream of this rank's was in flight to it (two
+    /// sends or more unfinished, or more credits missing than an eager-limit message
+    /// and a few control messages cost). Each such arrival lets the next
+    /// [`CROSS_HOLD`](crate::CROSS_HOLD) sends to that peer be read. A one-way stream,
+    /// a ping-pong and an exchange of one message each way keep the eager channel
+    /// (and the lone rule). With streams both ways both CPUs copy, and one read each
+    /// costs them less than a copy in and a copy out each. The receiver takes either
+    /// kind of send request, so ranks may differ. `u64::MAX` = never.
+    pub cross_read_above: u64,
     #[doc(hidden)]
     pub mutation: Mutation,
 }
@@ -238,6 +250,7 @@ impl Default for Config {
             adapt_pause: 64,
             advertise_above: 0,
             lone_read_above: u64::MAX,
+            cross_read_above: u64::MAX,
             mutation: Mutation::None,
         }
     }
@@ -352,6 +365,9 @@ pub struct Stats {
     /// Of those, lone sends the eager limit would have carried
     /// ([`Config::lone_read_above`]).
     pub lone_reads: u64,
+    /// Of those, sends the eager limit would have carried, read because traffic
+    /// crossed ([`Config::cross_read_above`]).
+    pub cross_reads: u64,
     /// Receive requests advertised to senders.
     pub advertised: u64,
     /// Advertised receives consumed at the sender by the crossing rule.
@@ -366,12 +382,13 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "direct={} (inline {}) eager={} rndv={} (lone {}) advertised={} crossed={} paused={} credit_stalls={}",
+            "direct={} (inline {}) eager={} rndv={} (lone {}, crossing {}) advertised={} crossed={} paused={} credit_stalls={}",
             self.direct_writes,
             self.inline_writes,
             self.eager_sends,
             self.rndv_sends,
             self.lone_reads,
+            self.cross_reads,
             self.advertised,
             self.crossed,
             self.paused,

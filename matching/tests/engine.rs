@@ -685,6 +685,101 @@ fn lone_sends_are_read_and_streams_stay_eager() {
     assert_eq!(w.stats(1).lone_reads, 0);
 }
 
+/// `Config::cross_read_above`: sends above it stay eager while traffic goes one way,
+/// takes turns, or crosses one message at a time; once a peer's large sends arrive
+/// while a stream of this rank's is in flight to it, the next `CROSS_HOLD` sends to
+/// it are read by the receiver (a get-now request), then eager again if nothing
+/// crosses meanwhile; every message arrives whole.
+#[test]
+fn crossing_streams_are_read() {
+    let mut w = World::two(cfg(|c| {
+        c.cross_read_above = 32;
+        // receives not advertised: the sends go as send requests
+        c.advertise_above = 64;
+    }));
+    const R1: Source = Source::Rank(1);
+    let crossed = |w: &World| (w.stats(0).cross_reads, w.stats(1).cross_reads);
+    // one way, a stream of eight: eager
+    let sends: Vec<SendId> = (0..8).map(|_| w.send(0, 1, 1, 48, STD)).collect();
+    w.run();
+    for &s in &sends {
+        let r = w.post(1, R0, t(1), 64);
+        w.run();
+        w.assert_received(1, r, 0, s, 1);
+    }
+    // taking turns, as a ping-pong does: eager
+    for _ in 0..4 {
+        let s = w.send(0, 1, 2, 48, STD);
+        let r = w.post(1, R0, t(2), 64);
+        w.run();
+        w.assert_received(1, r, 0, s, 2);
+        let s = w.send(1, 0, 2, 48, STD);
+        let r = w.post(0, R1, t(2), 64);
+        w.run();
+        w.assert_received(0, r, 1, s, 2);
+    }
+    // one each way at once, as an exchange (`sendrecv`) makes: not a stream, eager
+    for _ in 0..4 {
+        let a = w.send(0, 1, 2, 48, STD);
+        let b = w.send(1, 0, 2, 48, STD);
+        let (r0, r1) = (w.post(0, R1, t(2), 64), w.post(1, R0, t(2), 64));
+        w.run();
+        w.assert_received(1, r1, 0, a, 2);
+        w.assert_received(0, r0, 1, b, 2);
+    }
+    assert_eq!(crossed(&w), (0, 0));
+    assert_eq!(w.stats(0).rndv_sends + w.stats(1).rndv_sends, 0);
+    // both send eight before either handles the other's: they cross
+    let a: Vec<SendId> = (0..8).map(|_| w.send(0, 1, 3, 48, STD)).collect();
+    let b: Vec<SendId> = (0..8).map(|_| w.send(1, 0, 3, 48, STD)).collect();
+    w.run();
+    assert_eq!(
+        crossed(&w),
+        (0, 0),
+        "the crossing sends themselves went eager"
+    );
+    // so the next ones are read, whether their receives are posted yet or not
+    let a2 = w.send(0, 1, 4, 48, STD);
+    let b2 = w.send(1, 0, 4, 48, STD);
+    assert_eq!(crossed(&w), (1, 1));
+    let (r0, r1) = (w.post(0, R1, t(4), 64), w.post(1, R0, t(4), 64));
+    w.run();
+    w.assert_received(1, r1, 0, a2, 4);
+    w.assert_received(0, r0, 1, b2, 4);
+    for (&s0, &s1) in a.iter().zip(&b) {
+        let (r0, r1) = (w.post(0, R1, t(3), 64), w.post(1, R0, t(3), 64));
+        w.run();
+        w.assert_received(1, r1, 0, s0, 3);
+        w.assert_received(0, r0, 1, s1, 3);
+    }
+    // at the limit, synchronous, or to itself: not read
+    let s32 = w.send(0, 1, 5, 32, STD);
+    let ssync = w.send(0, 1, 5, 48, SendMode::Synchronous);
+    let me = w.send(0, 0, 5, 48, STD);
+    assert_eq!(crossed(&w), (1, 1));
+    let r = w.post(0, R0, t(5), 64);
+    w.run();
+    w.assert_received(0, r, 0, me, 5);
+    for (s, len) in [(s32, 32), (ssync, 48)] {
+        let r = w.post(1, R0, t(5), len);
+        w.run();
+        w.assert_received(1, r, 0, s, 5);
+    }
+    // one way again: read until the hold runs out, then eager (rank 1's read send
+    // arrived while only one of rank 0's was in flight: no stream, no new hold)
+    let left = matching::CROSS_HOLD - 1;
+    let eager = w.stats(0).eager_sends;
+    for i in 0..left + 2 {
+        let s = w.send(0, 1, 6, 48, STD);
+        let r = w.post(1, R0, t(6), 64);
+        w.run();
+        w.assert_received(1, r, 0, s, 6);
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent), "send {i}");
+    }
+    assert_eq!(crossed(&w), (1 + u64::from(left), 1));
+    assert_eq!(w.stats(0).eager_sends, eager + 2);
+}
+
 #[test]
 fn direct_write_path() {
     let mut w = World::two(cfg(|_| {}));

@@ -1,6 +1,6 @@
 //! Exhaustive model checking of the real engine (see `checker/mod.rs`).
 //!
-//! Default bounds: every program of phases A–F and S below (≈ 2·10^7 distinct states, 2–3
+//! Default bounds: every program of phases A–F, S and X below (≈ 2·10^7 distinct states, 2–3
 //! minutes on 2 quiet cores in the release profile). `RSMPI_MODEL_BIG=1` adds larger
 //! bounds.
 
@@ -216,6 +216,50 @@ fn phase_e(c: Config) -> Vec<Program> {
     out
 }
 
+/// Phase X: crossing sends (rule 19). Rank 0 makes a stream of three sends of a size
+/// the eager limit carries to rank 1 (synchronous, then two standard: a send request
+/// of rank 1's that arrives while the first two are unfinished crosses them, and
+/// the third is then read), and receives one from rank 1 with pattern (1, ANY),
+/// (ANY, ANY) or (1, 0), posted first or after its first two sends. Rank 1 sends one
+/// and receives rank 0's three with patterns {(0, ANY) thrice, (ANY, ANY) thrice,
+/// (0, 1) (0, 0) (0, 0)}, sending first or last.
+fn phase_x(c: Config) -> Vec<Program> {
+    let send = |dst: Rank, tag: Tag, sync: bool| Op::Send {
+        dst,
+        tag,
+        big: true,
+        sync,
+    };
+    let mut zero: Vec<Vec<Op>> = vec![];
+    for pat in [
+        (Source::Rank(1), TagSel::Any),
+        (Source::Any, TagSel::Any),
+        (Source::Rank(1), T0),
+    ] {
+        let r = recv_ops(&[pat]);
+        let (s1, s2, s3) = (send(1, 0, true), send(1, 1, false), send(1, 0, false));
+        zero.push([&r[..], &[s1, s2, s3]].concat());
+        zero.push([&[s1, s2][..], &r, &[s3]].concat());
+    }
+    let mut one: Vec<Vec<Op>> = vec![];
+    for pats in [
+        [(S0, TagSel::Any); 3],
+        [(Source::Any, TagSel::Any); 3],
+        [(S0, T1), (S0, T0), (S0, T0)],
+    ] {
+        let r = recv_ops(&pats);
+        one.push([&[send(0, 0, false)][..], &r].concat());
+        one.push([&r[..], &[send(0, 0, false)]].concat());
+    }
+    let mut out = vec![];
+    for a in &zero {
+        for b in &one {
+            out.push(Program::new(vec![a.clone(), b.clone()], c));
+        }
+    }
+    out
+}
+
 /// Every merge of `a` and `b` that keeps each one's order.
 fn merges<T: Clone>(a: &[T], b: &[T]) -> Vec<Vec<T>> {
     match (a.split_first(), b.split_first()) {
@@ -426,6 +470,18 @@ fn exhaustive_default_bounds() {
             phase_e(cfg(|c| {
                 adaptive(c);
                 c.credits = 1;
+                c.low_water = 1;
+            })),
+        ),
+        (
+            "X (crossing sends read, 2 credits)",
+            phase_x(cfg(|c| {
+                // BIG sends fit the eager limit: each goes eager or, once a big send
+                // request of the peer's has crossed a stream of this rank's, by
+                // rendezvous
+                c.eager_limit = BIG;
+                c.cross_read_above = SMALL;
+                c.credits = 2;
                 c.low_water = 1;
             })),
         ),

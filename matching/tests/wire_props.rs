@@ -307,6 +307,7 @@ const SMALL_CFG: Config = Config {
     adapt_pause: 1,
     advertise_above: 0,
     lone_read_above: u64::MAX,
+    cross_read_above: u64::MAX,
     mutation: Mutation::None,
 };
 

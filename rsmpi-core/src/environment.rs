@@ -37,7 +37,11 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_LONE_READ_ABOVE=bytes|off` (a standard send above this size with nothing
 /// else in flight to its destination is read once by the receiver, at its arrival:
 /// `Config::lone_read_above`; default the transport's measured
-/// `Caps::lone_read_above`, 16 KiB on shared memory).
+/// `Caps::lone_read_above`, 16 KiB on shared memory),
+/// `RSMPI_CROSS_READ_ABOVE=bytes|off` (a standard send above this size, to a peer whose
+/// own large sends keep arriving while this rank's are in flight, is read once by the
+/// receiver: `Config::cross_read_above`; default the transport's
+/// `Caps::lone_read_above`).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {
@@ -89,6 +93,14 @@ pub fn config_from_env() -> Result<Config> {
             "off" => u64::MAX,
             _ => v.parse().map_err(|_| {
                 Error::Transport(format!("RSMPI_LONE_READ_ABOVE={v}: expected bytes or off"))
+            })?,
+        };
+    }
+    if let Ok(v) = std::env::var("RSMPI_CROSS_READ_ABOVE") {
+        c.cross_read_above = match v.as_str() {
+            "off" => u64::MAX,
+            _ => v.parse().map_err(|_| {
+                Error::Transport(format!("RSMPI_CROSS_READ_ABOVE={v}: expected bytes or off"))
             })?,
         };
     }
@@ -237,6 +249,10 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     // the transport's measured switch, unless RSMPI_LONE_READ_ABOVE or the caller chose
     if cfg.lone_read_above == u64::MAX && std::env::var_os("RSMPI_LONE_READ_ABOVE").is_none() {
         cfg.lone_read_above = caps.lone_read_above;
+    }
+    // reads pay for crossing traffic above the same size as for lone messages
+    if cfg.cross_read_above == u64::MAX && std::env::var_os("RSMPI_CROSS_READ_ABOVE").is_none() {
+        cfg.cross_read_above = caps.lone_read_above;
     }
     size_credits(&mut cfg, &caps);
     let me = boot.rank();

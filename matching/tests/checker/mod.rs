@@ -616,8 +616,9 @@ impl Step<'_> {
                 // is invisible to the checker until later, so the on-line forms apply
                 // only without them (the final forms below always apply)
                 let cfg = &self.p.cfg;
-                let stages =
-                    cfg.protocol == RecvProtocol::Get || cfg.lone_read_above < cfg.eager_limit;
+                let stages = cfg.protocol == RecvProtocol::Get
+                    || cfg.lone_read_above < cfg.eager_limit
+                    || cfg.cross_read_above < cfg.eager_limit;
                 let online = !stages && !self.p.has_cancel();
                 if self.w.sres[g] == SRes::Cancelled {
                     self.v(
