@@ -88,21 +88,11 @@ pub fn config_from_env() -> Result<Config> {
     if c.protocol == RecvProtocol::Eager {
         c.advertise_above = c.eager_limit;
     }
-    if let Ok(v) = std::env::var("RSMPI_LONE_READ_ABOVE") {
-        c.lone_read_above = match v.as_str() {
-            "off" => u64::MAX,
-            _ => v.parse().map_err(|_| {
-                Error::Transport(format!("RSMPI_LONE_READ_ABOVE={v}: expected bytes or off"))
-            })?,
-        };
+    if let Some(n) = bytes_or_off("RSMPI_LONE_READ_ABOVE")? {
+        c.lone_read_above = n;
     }
-    if let Ok(v) = std::env::var("RSMPI_CROSS_READ_ABOVE") {
-        c.cross_read_above = match v.as_str() {
-            "off" => u64::MAX,
-            _ => v.parse().map_err(|_| {
-                Error::Transport(format!("RSMPI_CROSS_READ_ABOVE={v}: expected bytes or off"))
-            })?,
-        };
+    if let Some(n) = bytes_or_off("RSMPI_CROSS_READ_ABOVE")? {
+        c.cross_read_above = n;
     }
     if let Ok(v) = std::env::var("RSMPI_ADVERTISE") {
         match v.as_str() {
@@ -122,6 +112,21 @@ pub fn config_from_env() -> Result<Config> {
 }
 
 /// Sizes the protocol's credits to what the transport's channel to one peer holds.
+/// The size the environment variable `name` sets, `bytes` or `off` (`u64::MAX`:
+/// never), if it is set.
+fn bytes_or_off(name: &str) -> Result<Option<u64>> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(None);
+    };
+    match v.as_str() {
+        "off" => Ok(Some(u64::MAX)),
+        _ => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Transport(format!("{name}={v}: expected bytes or off"))),
+    }
+}
+
 fn size_credits(cfg: &mut Config, caps: &transport::Caps) {
     if caps.ring_bytes > 0 {
         // weighed by size: one credit per started KiB of payload. A message costing c
@@ -429,4 +434,30 @@ fn wrap_transport(t: Box<dyn transport::Transport>) -> Box<dyn transport::Transp
 #[cfg(not(feature = "fault-injection"))]
 fn wrap_transport(t: Box<dyn transport::Transport>) -> Box<dyn transport::Transport> {
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bytes_or_off;
+
+    /// A size setting: unset, a number of bytes, `off`, or anything else (an error
+    /// that names the variable and its value).
+    #[test]
+    fn sizes_from_the_environment() {
+        // a name of this test's own: other tests read the real ones
+        const NAME: &str = "RSMPI_TEST_BYTES_OR_OFF";
+        std::env::remove_var(NAME);
+        assert_eq!(bytes_or_off(NAME).unwrap(), None);
+        std::env::set_var(NAME, "16384");
+        assert_eq!(bytes_or_off(NAME).unwrap(), Some(16384));
+        std::env::set_var(NAME, "off");
+        assert_eq!(bytes_or_off(NAME).unwrap(), Some(u64::MAX));
+        std::env::set_var(NAME, "16k");
+        let err = bytes_or_off(NAME).unwrap_err().to_string();
+        assert!(
+            err.contains("RSMPI_TEST_BYTES_OR_OFF=16k: expected bytes or off"),
+            "{err}"
+        );
+        std::env::remove_var(NAME);
+    }
 }
