@@ -39,8 +39,8 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `Config::lone_read_above`; default the transport's measured
 /// `Caps::lone_read_above`, 16 KiB on shared memory),
 /// `RSMPI_CROSS_READ_ABOVE=bytes|off` (a standard send above this size, to a peer whose
-/// own large sends keep arriving while this rank's are in flight, is read once by the
-/// receiver: `Config::cross_read_above`; default the transport's
+/// own large sends keep arriving while a stream of this rank's is in flight to it, is
+/// read once by the receiver: `Config::cross_read_above`; default the transport's
 /// `Caps::lone_read_above`).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
@@ -111,7 +111,6 @@ pub fn config_from_env() -> Result<Config> {
     Ok(c)
 }
 
-/// Sizes the protocol's credits to what the transport's channel to one peer holds.
 /// The size the environment variable `name` sets, `bytes` or `off` (`u64::MAX`:
 /// never), if it is set.
 fn bytes_or_off(name: &str) -> Result<Option<u64>> {
@@ -127,6 +126,7 @@ fn bytes_or_off(name: &str) -> Result<Option<u64>> {
     }
 }
 
+/// Sizes the protocol's credits to what the transport's channel to one peer holds.
 fn size_credits(cfg: &mut Config, caps: &transport::Caps) {
     if caps.ring_bytes > 0 {
         // weighed by size: one credit per started KiB of payload. A message costing c
