@@ -26,8 +26,9 @@
 #   its message, so nothing spins.
 # * window send / window recv: the message-rate loop (`rsmpi-bench bw`) cut into its
 #   two sides, per message of 1 byte (examples/bwloop.rs, reference/bwloop.c): rank 0
-#   sends windows of 64 immediate sends and waits on them; rank 1 posts 64 receives,
-#   tells rank 0, sleeps 5 ms so that all 64 messages arrive, and waits on them. Both
+#   sends windows of 64 immediate sends and waits on them (one wait_all / MPI_Waitall
+#   per window, as OSU's loop); rank 1 posts 64 receives, tells rank 0, sleeps 5 ms so
+#   that all 64 messages arrive, and waits on them (one wait_all / MPI_Waitall). Both
 #   ranks run under callgrind, each collecting in its own side's function; per message
 #   = (I(WN2) - I(WN1)) / ((WN2 - WN1) * 64). The message rate is the slower side's.
 #

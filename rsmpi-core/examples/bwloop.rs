@@ -1,8 +1,9 @@
 //! The message-rate loop of `rsmpi-bench bw`, cut so that each side's instructions per
 //! message can be counted apart (`docs/performance.md`, "The message rate's two
 //! sides"). Rank 1 posts a window of 64 receives, tells rank 0, naps so that all 64
-//! messages arrive, and waits on them; rank 0 waits for the word, then sends the window
-//! (64 immediate sends of `SIZE` bytes, then a wait on each).
+//! messages arrive, and waits on them with one `request::wait_all`; rank 0 waits for the
+//! word, then sends the window (64 immediate sends of `SIZE` bytes, then one
+//! `request::wait_all`), as `rsmpi-bench bw` and OSU's loop (`MPI_Waitall`) do.
 //!
 //! * `bwloop N [SIZE]`: `N` windows, for callgrind: collect in `*bwloop*send_window*` on
 //!   rank 0 and in `*bwloop*recv_window*` on rank 1 (difference of two runs).
@@ -17,17 +18,15 @@ use std::time::{Duration, Instant};
 const NAP: Duration = Duration::from_millis(5);
 const WINDOW: usize = 64;
 
-/// Rank 0's side: one window of sends, each waited for.
+/// Rank 0's side: one window of sends, waited for together.
 #[inline(never)]
 fn send_window(peer: &rsmpi::topology::Process<'_>, sbuf: &[u8]) {
     request::scope(|sc| {
         let mut reqs = Vec::with_capacity(WINDOW);
         for _ in 0..WINDOW {
-            reqs.push(peer.immediate_send_with_tag(sc, sbuf, 100));
+            reqs.push(Some(peer.immediate_send_with_tag(sc, sbuf, 100)));
         }
-        for r in reqs {
-            r.wait();
-        }
+        request::wait_all(&mut reqs);
     });
 }
 
@@ -43,7 +42,11 @@ fn recv_window(
     request::scope(|sc| {
         let mut reqs = Vec::with_capacity(WINDOW);
         for b in rbufs.chunks_mut(size.max(1)).take(WINDOW) {
-            reqs.push(peer.immediate_receive_into_with_tag(sc, &mut b[..size], 100));
+            reqs.push(Some(peer.immediate_receive_into_with_tag(
+                sc,
+                &mut b[..size],
+                100,
+            )));
         }
         peer.send_with_tag(&[0u8; 4][..], 101);
         if !timed {
@@ -51,9 +54,7 @@ fn recv_window(
         }
         // the clock only when timed: the callgrind runs count this function
         let t = timed.then(Instant::now);
-        for r in reqs {
-            r.wait();
-        }
+        request::wait_all(&mut reqs);
         t.map_or(Duration::ZERO, |t| t.elapsed())
     })
 }

@@ -416,6 +416,21 @@ pub(crate) fn finish(d: Done, capacity: u64, elem: usize, ctx: u32) -> Result<St
 /// longer than `capacity` or not a whole number of `elem`-byte elements.
 #[inline(always)]
 pub(crate) fn finish_recv(o: RecvOutcome, capacity: u64, elem: usize, ctx: u32) -> Result<Status> {
+    finish_recv_ranked(o, capacity, elem, ctx, |ctx, w| {
+        progress::with(|s| s.comm_rank(ctx, w))
+    })
+}
+
+/// [`finish_recv`] with the source's rank in a communicator other than the world's
+/// from `rank` (in a visit to the library state: from that visit).
+#[inline(always)]
+fn finish_recv_ranked(
+    o: RecvOutcome,
+    capacity: u64,
+    elem: usize,
+    ctx: u32,
+    rank: impl FnOnce(u32, u32) -> i32,
+) -> Result<Status> {
     match o {
         RecvOutcome::Received {
             source,
@@ -445,7 +460,7 @@ pub(crate) fn finish_recv(o: RecvOutcome, capacity: u64, elem: usize, ctx: u32) 
             } else if ctx & !crate::topology::INTERNAL == 0 {
                 source as i32
             } else {
-                progress::with(|s| s.comm_rank(ctx, source))
+                rank(ctx, source)
             };
             Ok(Status {
                 source,
@@ -801,6 +816,9 @@ pub fn test_all<D: ?Sized, S>(
 /// `MPI_Waitall`: waits for every active request; inactive entries give `None`.
 #[track_caller]
 pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
+    if !crate::tools::is_on() {
+        return wait_all_quick(reqs);
+    }
     crate::tools::mpi_call!(crate::trace::format::Op::Waitall, {
         let mut out = vec![None; reqs.len()];
         for (i, r) in reqs.iter_mut().enumerate() {
@@ -810,6 +828,71 @@ pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Opt
         }
         out
     })
+}
+
+/// [`wait_all`] with no tool on. The message-rate loop's window (OSU's `MPI_Waitall`
+/// on 64 receives, or 64 sends) in few visits to the library state: each visit takes,
+/// in order, every request that is finished and of the two kinds
+/// [`Request::wait`] finishes quickly (a receive into a lent buffer, a send that left
+/// at once), progressing once when the first one it meets is not finished yet. The
+/// request it stops at is waited for alone, as [`Request::wait`] would, and the next
+/// visit goes on after it. Each request's own wait costed a visit of its own: the
+/// thread-local access, the borrow of the state and the call (`docs/performance.md`,
+/// "A window's waits in one visit").
+#[inline(never)]
+fn wait_all_quick<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Option<Status>> {
+    let mut out = vec![None; reqs.len()];
+    let mut i = 0;
+    while i < reqs.len() {
+        let (next, failed) = progress::with(|s| {
+            let mut progressed = false;
+            let mut k = i;
+            while let Some(slot) = reqs.get(k) {
+                let Some(r) = slot else {
+                    k += 1;
+                    continue;
+                };
+                match r.pending.key {
+                    Key::Sent(0) => out[k] = Some(Status::empty(false)),
+                    Key::Recv(id) if matches!(r.data, Data::Loan(_)) => {
+                        let o = match s.recvs.take_done(id) {
+                            Some(o) => o,
+                            None if !progressed => {
+                                progressed = true;
+                                s.progress();
+                                match s.recvs.take_done(id) {
+                                    Some(o) => o,
+                                    None => break,
+                                }
+                            }
+                            None => break,
+                        };
+                        let p = &r.pending;
+                        match finish_recv_ranked(o, p.capacity, p.elem, p.ctx, |c, w| {
+                            s.comm_rank(c, w)
+                        }) {
+                            Ok(st) => out[k] = Some(st),
+                            Err(e) => return (k, Some(e)),
+                        }
+                    }
+                    _ => break,
+                }
+                k += 1;
+            }
+            (k, None)
+        });
+        // the requests taken are done with (a lent buffer goes back with its scope)
+        reqs[i..next].iter_mut().for_each(|r| drop(r.take()));
+        if let Some(e) = failed {
+            reqs[next] = None;
+            crate::topology::fail("wait", e);
+        }
+        if let Some(r) = reqs.get_mut(next).and_then(Option::take) {
+            out[next] = Some(r.wait());
+        }
+        i = next + 1;
+    }
+    out
 }
 
 /// A persistent request (`MPI_Send_init` / `MPI_Recv_init`): the same operation,

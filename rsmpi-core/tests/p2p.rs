@@ -748,3 +748,150 @@ fn cancel_sends_and_test() {
         }
     });
 }
+
+/// `request::wait_all` over a window of every kind of request, as the message-rate
+/// loops use it: receives into lent buffers from the world and from a communicator
+/// whose ranks are reversed (a wildcard source among them), sends that leave at once,
+/// a large receive and send that take the rendezvous, an empty message, and inactive
+/// entries. Each status is the request's own, in order, and every buffer is whole.
+#[test]
+fn wait_all_takes_every_kind_in_order() {
+    job(2, "wait_all_takes_every_kind_in_order", |u| {
+        let w = u.world();
+        let me = w.rank();
+        let peer = w.process_at_rank(1 - me);
+        let rev = w
+            .split_by_color_with_key(rsmpi::topology::Color::with_value(0), -me)
+            .expect("in the split");
+        assert_eq!(rev.rank(), 1 - me, "ranks reversed");
+        let rpeer = rev.process_at_rank(me);
+        let big = 1 << 20;
+        let out_small = pattern(8, me as u8);
+        let out_big = pattern(big, 40 + me as u8);
+        for round in 0..3 {
+            let mut a = [0u8; 8];
+            let mut b = [0u8; 8];
+            let mut c = vec![0u8; big];
+            let mut d = [0u8; 0];
+            let mut many = vec![[0u8; 8]; 64];
+            request::scope(|sc| {
+                let mut reqs: Vec<Option<request::Request<'_, [u8], _>>> = vec![None];
+                reqs.push(Some(peer.immediate_receive_into_with_tag(
+                    sc,
+                    &mut a[..],
+                    0,
+                )));
+                reqs.push(Some(rev.any_process().immediate_receive_into_with_tag(
+                    sc,
+                    &mut b[..],
+                    1,
+                )));
+                reqs.push(Some(peer.immediate_send_with_tag(sc, &out_small[..], 0)));
+                reqs.push(None);
+                reqs.push(Some(peer.immediate_receive_into_with_tag(
+                    sc,
+                    &mut c[..],
+                    2,
+                )));
+                reqs.push(Some(peer.immediate_send_with_tag(sc, &out_big[..], 2)));
+                reqs.push(Some(rpeer.immediate_send_with_tag(sc, &out_small[..], 1)));
+                reqs.push(Some(peer.immediate_receive_into_with_tag(
+                    sc,
+                    &mut d[..],
+                    3,
+                )));
+                reqs.push(Some(peer.immediate_send_with_tag(sc, &[0u8; 0][..], 3)));
+                for (i, m) in many.iter_mut().enumerate() {
+                    reqs.push(Some(peer.immediate_receive_into_with_tag(
+                        sc,
+                        &mut m[..],
+                        10 + i as i32,
+                    )));
+                }
+                // the window's messages sent in reverse, so that some are early and
+                // some wait for their turn
+                for i in (0..64i32).rev() {
+                    reqs.push(Some(peer.immediate_send_with_tag(
+                        sc,
+                        &out_small[..],
+                        10 + i,
+                    )));
+                }
+                if round == 1 {
+                    // the messages there before the wait
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let st = request::wait_all(&mut reqs);
+                assert!(reqs.iter().all(Option::is_none), "every request taken");
+                assert_eq!(st.len(), reqs.len());
+                assert!(st[0].is_none() && st[4].is_none(), "inactive entries");
+                let s = |i: usize| st[i].expect("active");
+                let got = |i: usize| (s(i).source_rank(), s(i).tag(), s(i).count_bytes());
+                assert_eq!(got(1), (1 - me, 0, 8));
+                // the reversed communicator's rank of the peer, not its world rank
+                assert_eq!(got(2), (me, 1, 8));
+                assert_eq!(got(5), (1 - me, 2, big as u64));
+                assert_eq!(got(8), (1 - me, 3, 0));
+                for i in 0..64 {
+                    assert_eq!(got(10 + i), (1 - me, 10 + i as i32, 8));
+                }
+                for i in [3, 6, 7, 9] {
+                    assert!(!s(i).is_cancelled());
+                }
+            });
+            let theirs = pattern(8, 1 - me as u8);
+            assert_eq!(&a[..], &theirs[..]);
+            assert_eq!(&b[..], &theirs[..]);
+            assert_eq!(c, pattern(big, 40 + 1 - me as u8));
+            assert!(many.iter().all(|m| m[..] == theirs[..]));
+        }
+    });
+}
+
+/// A truncated receive in `request::wait_all` is an error that ends the job (the
+/// default handler, as `wait` does), not a status or a hang.
+#[test]
+fn wait_all_truncation_ends_the_job() {
+    if std::env::var_os("RSMPI_RANK").is_some() {
+        let u = rsmpi::initialize().unwrap();
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        if w.rank() == 0 {
+            let mut small = [0u8; 4];
+            let mut fine = [0u8; 8];
+            request::scope(|sc| {
+                let mut reqs = vec![
+                    Some(peer.immediate_receive_into_with_tag(sc, &mut fine[..], 0)),
+                    Some(peer.immediate_receive_into_with_tag(sc, &mut small[..], 1)),
+                ];
+                request::wait_all(&mut reqs);
+            });
+            // not reached: the job ends in wait_all
+            std::process::exit(0);
+        } else {
+            peer.send_with_tag(&[1u8; 8][..], 0);
+            peer.send_with_tag(&[2u8; 8][..], 1);
+            w.barrier();
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut j = launcher::Job::new(
+        2,
+        exe,
+        [
+            "--exact",
+            "wait_all_truncation_ends_the_job",
+            "--test-threads=1",
+        ],
+    );
+    j.timeout = Some(Duration::from_secs(60));
+    let t = Instant::now();
+    let code = launcher::run(&j).unwrap();
+    assert_ne!(code, 0, "a truncated receive in wait_all must end the job");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+}
