@@ -30,6 +30,15 @@ fn job_env(n: u32, name: &str, env: &[(&str, &str)], body: fn(&rsmpi::Universe))
     );
 }
 
+/// Runs the test `name` on `n` ranks of a real job that is expected to fail (its
+/// ranks run their own branch of the test); returns the job's exit code.
+fn job_code(n: u32, name: &str) -> i32 {
+    let exe = std::env::current_exe().unwrap();
+    let mut j = launcher::Job::new(n, exe, ["--exact", name, "--test-threads=1"]);
+    j.timeout = Some(Duration::from_secs(60));
+    launcher::run(&j).unwrap()
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -488,19 +497,8 @@ fn a_panicking_rank_ends_the_job() {
         let _: (u8, _) = w.process_at_rank(1).receive();
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut j = launcher::Job::new(
-        2,
-        exe,
-        [
-            "--exact",
-            "a_panicking_rank_ends_the_job",
-            "--test-threads=1",
-        ],
-    );
-    j.timeout = Some(Duration::from_secs(60));
     let t = Instant::now();
-    let code = launcher::run(&j).unwrap();
+    let code = job_code(2, "a_panicking_rank_ends_the_job");
     assert_ne!(code, 0);
     assert!(
         t.elapsed() < Duration::from_secs(10),
@@ -875,19 +873,8 @@ fn wait_all_truncation_ends_the_job() {
         }
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut j = launcher::Job::new(
-        2,
-        exe,
-        [
-            "--exact",
-            "wait_all_truncation_ends_the_job",
-            "--test-threads=1",
-        ],
-    );
-    j.timeout = Some(Duration::from_secs(60));
     let t = Instant::now();
-    let code = launcher::run(&j).unwrap();
+    let code = job_code(2, "wait_all_truncation_ends_the_job");
     assert_ne!(code, 0, "a truncated receive in wait_all must end the job");
     assert!(
         t.elapsed() < Duration::from_secs(20),
