@@ -836,7 +836,7 @@ pub fn wait_all<D: ?Sized, S>(reqs: &mut [Option<Request<'_, D, S>>]) -> Vec<Opt
 /// [`Request::wait`] finishes quickly (a receive into a lent buffer, a send that left
 /// at once), progressing once when the first one it meets is not finished yet. The
 /// request it stops at is waited for alone, as [`Request::wait`] would, and the next
-/// visit goes on after it. Each request's own wait costed a visit of its own: the
+/// visit goes on after it. Each request's own wait cost a visit of its own: the
 /// thread-local access, the borrow of the state and the call (`docs/performance.md`,
 /// "A window's waits in one visit").
 #[inline(never)]
