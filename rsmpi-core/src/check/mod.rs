@@ -103,6 +103,27 @@ struct Posted {
     ty: Option<Box<TypeSig>>,
 }
 
+/// What the race check reads of a receive: [`Posted`] without its type signature.
+#[derive(Clone, Copy, Debug)]
+struct Brief {
+    ctx: u32,
+    source: Src,
+    tag: TagSel,
+    call: Call,
+}
+
+impl Posted {
+    #[inline(always)]
+    fn brief(&self) -> Brief {
+        Brief {
+            ctx: self.ctx,
+            source: self.source,
+            tag: self.tag,
+            call: self.call,
+        }
+    }
+}
+
 /// The receives recorded, each written once (when posted) and read where it lies
 /// (when checked), by number. Moving a receive's record from table to table cost
 /// more than the rest of recording it: wide copies of fields just written
@@ -162,6 +183,15 @@ enum Event {
     /// `tag`).
     Recv {
         at: u32,
+        src: u32,
+        tag: i32,
+        seq: u64,
+    },
+    /// [`Event::Recv`] for a receive that took a message already here, posted
+    /// without a type signature (the common case, [`Notes::posted_done`]): its
+    /// record in place of its number in the slab, written once, with the event.
+    Done {
+        rec: Brief,
         src: u32,
         tag: i32,
         seq: u64,
@@ -353,7 +383,8 @@ impl Inbox {
     /// of them taken, and with the others leaves `clock` as it is and says `false`:
     /// the caller has merged that clock already, and finds it in `cur_clock`.
     /// Notes read on the way name their files into `files`. [`Inbox::take_next`] is
-    /// its common case.
+    /// its common case, inlined; this is out of line.
+    #[inline(never)]
     fn take(
         &mut self,
         ctx: u32,
@@ -545,6 +576,19 @@ struct Watched {
     /// This rank's own clock value after the receive.
     clock: u64,
     took: Msg,
+}
+
+impl Watched {
+    /// Whether a message on `ctx` with `tag`, from a sender that did not know of this
+    /// receive, races with it (the receive could have taken it instead).
+    #[inline(always)]
+    fn races(&self, ctx: u32, tag: i32) -> bool {
+        self.ctx == ctx
+            && match self.tag {
+                TagSel::Any => true,
+                TagSel::Tag(t) => t == tag,
+            }
+    }
 }
 
 /// The notes sent ahead of the messages of user communicators, and the two checks
@@ -913,14 +957,39 @@ impl Notes {
             self.next_type = None;
             return;
         };
-        if let Some(at) = self.record(ctx, source, tag, call) {
-            let seq = self.received.next_received((from, ctx, took));
-            self.events.push(Event::Recv {
-                at,
+        if ctx & INTERNAL != 0 {
+            self.next_type = None;
+            return;
+        }
+        let seq = self.received.next_received((from, ctx, took));
+        match self.next_type.take() {
+            // (no slab: the record is the event's)
+            None => self.events.push(Event::Done {
+                rec: Brief {
+                    ctx,
+                    source,
+                    tag,
+                    call,
+                },
                 src: from,
                 tag: took,
                 seq,
-            });
+            }),
+            Some(ty) => {
+                let at = self.slab.insert(Posted {
+                    ctx,
+                    source,
+                    tag,
+                    call,
+                    ty: Some(Box::new(ty)),
+                });
+                self.events.push(Event::Recv {
+                    at,
+                    src: from,
+                    tag: took,
+                    seq,
+                });
+            }
         }
     }
 
@@ -1078,6 +1147,11 @@ impl Notes {
     /// Checks the message `m` against the watched receives (its sender knew of this
     /// rank's clock up to `known`), then merges its sender's clock `merge` into this
     /// rank's (`None`: merged with an earlier message already) and ticks.
+    ///
+    /// Inlined into the loop of [`Notes::run_events_in`], with what is rare in it out
+    /// of line (a racing receive reported one by one, a sender that has learnt of this
+    /// rank's clock): the loop then keeps its values in registers.
+    #[inline(always)]
     fn check(
         &mut self,
         ctx: u32,
@@ -1087,14 +1161,9 @@ impl Notes {
         report: &mut Vec<(Watched, Msg)>,
     ) {
         let me = self.me as usize;
-        let matches = |w: &Watched| {
-            w.ctx == ctx
-                && match w.tag {
-                    TagSel::Any => true,
-                    TagSel::Tag(t) => t == m.tag,
-                }
-        };
-        for (g, group) in self.watched.iter_mut().enumerate() {
+        let full = self.printed + report.len() as u64 >= self.max_reports;
+        for g in 0..self.watched.len() {
+            let group = &mut self.watched[g];
             // one sender's messages cannot race with each other (non-overtaking), and
             // only the receives the sender did not know of (clock above `known`) can;
             // the newest is at the back
@@ -1107,28 +1176,13 @@ impl Notes {
                 Some(w) if w.clock > known => 0,
                 _ => group.partition_point(|w| w.clock <= known),
             };
-            let full = self.printed + report.len() as u64 >= self.max_reports;
-            if full && group[from..].iter().all(matches) {
+            if full && group[from..].iter().all(|w| w.races(ctx, m.tag)) {
                 // past the most to print, and every one races: counted, in one go
                 self.found += (group.len() - from) as u64;
                 group.truncate(from);
                 continue;
             }
-            let mut i = from;
-            while i < group.len() {
-                if matches(&group[i]) {
-                    // each receive is reported once; past the most to print, only
-                    // counted
-                    let w = group.remove(i);
-                    if self.printed + (report.len() as u64) < self.max_reports {
-                        report.push((w, m.clone()));
-                    } else {
-                        self.found += 1;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+            self.report_group(g, from, ctx, m, report);
         }
         let Some(s) = merge else {
             self.clock[me] += 1;
@@ -1138,12 +1192,46 @@ impl Notes {
             *c = (*c).max(*x);
         }
         self.clock[me] += 1;
-        let k = &mut self.known_by[m.src as usize];
-        if known <= *k {
-            // nothing new known of this rank: no watched receive is past racing
-            return;
+        if known > self.known_by[m.src as usize] {
+            self.learnt(m.src, known);
         }
-        *k = known;
+    }
+
+    /// [`Notes::check`] for watched group `g` from `from` on when its racing receives
+    /// are not all counted in one go: each is reported once, or counted past the most
+    /// to print.
+    #[inline(never)]
+    fn report_group(
+        &mut self,
+        g: usize,
+        from: usize,
+        ctx: u32,
+        m: &Msg,
+        report: &mut Vec<(Watched, Msg)>,
+    ) {
+        let group = &mut self.watched[g];
+        let mut i = from;
+        while i < group.len() {
+            if group[i].races(ctx, m.tag) {
+                let w = group.remove(i);
+                if self.printed + (report.len() as u64) < self.max_reports {
+                    report.push((w, m.clone()));
+                } else {
+                    self.found += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// World rank `src` has been seen to know this rank's clock up to `known`, more
+    /// than before: the watched receives every other rank now knows of can no longer
+    /// race, and are let go.
+    #[inline(never)]
+    fn learnt(&mut self, src: u32, known: u64) {
+        let me = self.me as usize;
+        self.known_by[src as usize] = known;
         // a receive that took a message from `g` can race only with the messages of
         // ranks other than `g`; once each of them has been seen to know of it, never
         let (mut low, mut low_at, mut second) = (u64::MAX, usize::MAX, u64::MAX);
@@ -1162,7 +1250,7 @@ impl Notes {
     }
 
     #[inline(always)]
-    fn watch(&mut self, posted: &Posted, took: Msg) {
+    fn watch(&mut self, posted: Brief, took: Msg) {
         if posted.source == Src::Any {
             let clock = self.clock[self.me as usize];
             let group = &mut self.watched[took.src as usize];
@@ -1539,6 +1627,7 @@ impl Notes {
     /// Checks the completed receives, in the order they matched, as far as their notes
     /// are here (counting `owed` down by one for each); the world rank whose note the
     /// next one waits for, if any.
+    #[inline(never)]
     fn run_events(
         &mut self,
         found: &mut Vec<(Watched, Msg)>,
@@ -1586,8 +1675,13 @@ impl Notes {
         clock: &mut Vec<u64>,
     ) -> Result<Option<u32>, Malformed> {
         while let Some(ev) = events.get(*done) {
-            let (at, src, tag, seq) = match *ev {
-                Event::Recv { at, src, tag, seq } => (at, src, tag, seq),
+            // (the receive's record apart from its type signature, so that the
+            // common one, written in its event, is read in place)
+            let (rec, at, src, tag, seq) = match *ev {
+                Event::Recv { at, src, tag, seq } => {
+                    (slab.get(at).brief(), Some(at), src, tag, seq)
+                }
+                Event::Done { rec, src, tag, seq } => (rec, None, src, tag, seq),
                 Event::Probe { at, src, tag } => {
                     let m = Msg {
                         src,
@@ -1596,14 +1690,13 @@ impl Notes {
                         line: 0,
                     };
                     self.clock[me] += 1;
-                    self.watch(slab.get(at), m);
+                    self.watch(slab.get(at).brief(), m);
                     slab.release(at);
                     *done += 1;
                     continue;
                 }
             };
-            let posted = slab.get(at);
-            let ctx = posted.ctx;
+            let ctx = rec.ctx;
             let ib = &mut self.inbox[src as usize];
             // (what the sender knew of this rank's clock, for a note whose clock was
             // merged with an earlier message)
@@ -1620,23 +1713,21 @@ impl Notes {
                 return Ok(Some(src));
             };
             *done += 1;
-            if let (Some(sent), Some(recv)) = (&kept.ty, &posted.ty) {
-                if let Some(differ) = types::mismatch(sent, recv) {
-                    let note = Note {
-                        file: self.file_name(src, kept.file),
-                        line: kept.line,
-                        op: kept.op,
-                        ty: kept.ty.as_deref().cloned(),
-                    };
-                    mismatches.push((posted.clone(), src, tag, note, differ));
+            // (its fields apart, so that they stay in registers)
+            let Kept {
+                file, line, op, ty, ..
+            } = kept;
+            if let (Some(sent), Some(at)) = (&ty, at) {
+                if slab.get(at).ty.is_some() {
+                    self.type_check(sent, slab.get(at), (file, line, op), src, tag, mismatches);
                 }
             }
             if self.races {
                 let m = Msg {
                     src,
                     tag,
-                    file: kept.file,
-                    line: kept.line,
+                    file,
+                    line,
                 };
                 if fresh {
                     let known = clock.get(me).copied().unwrap_or(0);
@@ -1645,11 +1736,42 @@ impl Notes {
                     // a note seen with an earlier message: its clock is merged already
                     self.check(ctx, &m, known_before, None, found);
                 }
-                self.watch(posted, m);
+                self.watch(rec, m);
             }
-            slab.release(at);
+            if let Some(at) = at {
+                slab.release(at);
+            }
         }
         Ok(None)
+    }
+
+    /// The type check of a message whose note gave its type signature `sent` (and
+    /// the send's file number, line and operation), taken by `posted` (which expected
+    /// its own type signature, if it has one): a mismatch joins `mismatches`.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn type_check(
+        &self,
+        sent: &TypeSig,
+        posted: &Posted,
+        (file, line, op): (u32, u32, Option<Op>),
+        src: u32,
+        tag: i32,
+        mismatches: &mut Vec<Mismatch>,
+    ) {
+        let Some(recv) = &posted.ty else {
+            return;
+        };
+        if let Some(differ) = types::mismatch(sent, recv) {
+            let note = Note {
+                file: self.file_name(src, file),
+                line,
+                op,
+                ty: Some(sent.clone()),
+            };
+            mismatches.push((posted.clone(), src, tag, note, differ));
+        }
     }
 
     /// The name of the source file world rank `src` numbers `id`.
