@@ -695,23 +695,25 @@ mod tests {
         use std::hash::{BuildHasher, BuildHasherDefault};
         let h = |u: &Unexpected| BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(u);
         let (mut a, mut b) = (Unexpected::default(), Unexpected::default());
-        for i in 0..200 {
+        // (enough that the run of empty slots behind the first outgrows what the
+        // window keeps of one)
+        for i in 0..2000 {
             a.push(entry(1, 7, i));
             b.push(entry(1, 7, i));
         }
         // both take all but the first; `a` keeps it behind its window, as the
         // window's rules do, `b` in a window of mostly empty slots
-        for s in 1..200 {
+        for s in 1..2000 {
             a.take(s);
-            b.take(200 - s);
-            assert_eq!(a == b, s == 199);
+            b.take(2000 - s);
+            assert_eq!(a == b, s == 1999);
         }
         b.order.entries.gather();
         assert_eq!(a.order.entries.placement(), (0, 1));
         assert_eq!(b.order.entries.placement().1, 0);
         assert_eq!(a, b);
         assert_eq!(h(&a), h(&b));
-        b.push(entry(1, 7, 200));
+        b.push(entry(1, 7, 2000));
         assert_ne!(a, b);
     }
 }

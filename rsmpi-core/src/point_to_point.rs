@@ -1074,25 +1074,26 @@ fn improbe_once(
     Ok(found.map(|(m, st, _)| (m, st)))
 }
 
-/// Receives a message from `src` with `tag` on `comm` into `buf` if one has already
-/// arrived, without polling for more: the race checker's batches of notes, which the
-/// user's calls' progress delivers into the unexpected queue, are fetched this way so
-/// that looking for them never moves a user message. `buf`'s bytes are replaced and
-/// its room reused. With `wait`, the message is waited for (a blocking probe) if it
-/// has not arrived. `Err` gives `buf` back when no message is taken.
+/// Receives a message from `src` (`None`: any source) with `tag` on `comm` into `buf`
+/// if one has already arrived, without polling for more: the race checker's batches
+/// of notes, which the user's calls' progress delivers into the unexpected queue, are
+/// fetched this way so that looking for them never moves a user message. `buf`'s
+/// bytes are replaced and its room reused; with them comes the sender's rank in
+/// `comm`. With `wait`, the message is waited for (a blocking probe) if it has not
+/// arrived. `Err` gives `buf` back when no message is taken.
 pub(crate) fn arrived_into(
     comm: &SimpleCommunicator,
-    src: Rank,
+    src: Option<Rank>,
     tag: Tag,
     mut buf: Vec<u8>,
     wait: bool,
-) -> std::result::Result<Vec<u8>, Vec<u8>> {
+) -> std::result::Result<(Vec<u8>, Rank), Vec<u8>> {
     let taken = if wait {
         let _t = tools::call(Op::Recv);
-        Some(mprobe(comm, Some(src), Some(tag)).unwrap_or_else(|e| fail("receive_vec", e)))
+        Some(mprobe(comm, src, Some(tag)).unwrap_or_else(|e| fail("receive_vec", e)))
     } else {
         let ctx = comm.ctx;
-        match (source(comm, Some(src)), tagsel(Some(tag))) {
+        match (source(comm, src), tagsel(Some(tag))) {
             (Ok(Some(src)), Ok(tag)) => {
                 progress::with(|s| take_arrived(s, ctx, src, tag)).map(|(m, st, _)| (m, st))
             }
@@ -1105,7 +1106,7 @@ pub(crate) fn arrived_into(
     buf.clear();
     buf.resize(st.len as usize, 0);
     match msg.try_receive_into(&mut buf[..]) {
-        Ok(_) => Ok(buf),
+        Ok(_) => Ok((buf, st.source)),
         Err(e) if wait => fail("receive_vec", e),
         Err(_) => Err(buf),
     }
