@@ -312,8 +312,10 @@ impl Numbered for u64 {
 /// order and leave mostly in the same order (requests, arrivals). The recent entries
 /// sit in a window of slots indexed by number: inserting the newest key appends a
 /// slot, finding one indexes it and removing one empties it and drops the empty
-/// slots at the window's front, with no hashing. An entry left behind while many
-/// others pass (a receive that stays posted, a message received much later), or a
+/// slots at the window's front, with no hashing. The run of empty slots behind a
+/// first entry that stays is counted, and a search starts past it. An entry left
+/// behind while many others pass (a receive that stays posted, a message received
+/// much later), or a
 /// key inserted below the window, is kept in an ordered map behind it; a key far
 /// beyond the window's end moves the window's entries there and starts a new window.
 /// Iteration is in number order; equality and hashing are by content, not by where

@@ -63,7 +63,8 @@ type Site = Option<&'static Location<'static>>;
 /// sooner when the sender has nothing else to do (`idle`) or finalizes: a message of
 /// its own per note cost the checked run ~6x (`docs/tools.md`, "Cost"). Each batch
 /// waits in the receiver's unexpected queue until a check takes it, and the user's
-/// wildcard receives look past it meanwhile: the fewer, the better. A note covers a
+/// wildcard receives look at it meanwhile while it is first there (the run of taken
+/// messages behind it they skip, `matching::Window`): the fewer, the better. A note covers a
 /// run of messages with the same clock and call, so a batch for a stream of sends is
 /// a few dozen bytes.
 const BATCH: u32 = 512;
@@ -1627,7 +1628,7 @@ fn batch_from(tool: &SimpleCommunicator, src: u32, wait: bool) -> Option<Vec<u8>
 /// source rather than one for each rank: a look for one source past a few dozen
 /// unexpected messages builds the engine's index of them by source, which a queue of
 /// wildcard receives' messages then keeps up at every arrival for nothing
-/// (~15 instructions a message of the paper's Table 2). Each batch is received into
+/// (~20 instructions a message of the paper's Table 2). Each batch is received into
 /// the vector its sender's last batch was read from, as [`batch_from`] does.
 fn take_arrived_batches(tool: &SimpleCommunicator) -> usize {
     let mut buf = with_notes(|r| r.batch_spare.take())
