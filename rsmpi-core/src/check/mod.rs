@@ -623,9 +623,8 @@ pub(crate) struct Notes {
     batch_spare: Option<Vec<u8>>,
     /// The clock of the note being checked.
     scratch: Vec<u64>,
-    /// Wildcard receives that may still race, by the sender of the message each took,
-    /// oldest (lowest clock) first.
-    watched: Vec<Vec<Watched>>,
+    /// Wildcard receives that may still race.
+    watched: Watching,
     /// Reports printed so far, and the most to print (`RSMPI_CHECK_REPORTS`).
     printed: u64,
     max_reports: u64,
@@ -838,7 +837,7 @@ fn notes_init(world: &SimpleCommunicator, set: Settings) {
         inbox: (0..size).map(|_| Inbox::default()).collect(),
         batch_spare: None,
         scratch: Vec::new(),
-        watched: vec![Vec::new(); size],
+        watched: Watching::new(size),
         printed: 0,
         max_reports: std::env::var("RSMPI_CHECK_REPORTS")
             .ok()
@@ -1167,28 +1166,17 @@ impl Notes {
     ) {
         let me = self.me as usize;
         let full = self.printed + report.len() as u64 >= self.max_reports;
-        for g in 0..self.watched.len() {
-            let group = &mut self.watched[g];
-            // one sender's messages cannot race with each other (non-overtaking), and
-            // only the receives the sender did not know of (clock above `known`) can;
-            // the newest is at the back
-            if g == m.src as usize || group.last().is_none_or(|w| w.clock <= known) {
-                continue;
-            }
-            // the sender knew of none of them, most often (a rank that never hears
-            // from this one)
-            let from = match group.first() {
-                Some(w) if w.clock > known => 0,
-                _ => group.partition_point(|w| w.clock <= known),
-            };
-            if full && group[from..].iter().all(|w| w.races(ctx, m.tag)) {
-                // past the most to print, and every one races: counted, in one go
-                self.found += (group.len() - from) as u64;
-                group.truncate(from);
-                continue;
-            }
-            self.report_group(g, from, ctx, m, report);
-        }
+        let (printed, max, found) = (self.printed, self.max_reports, &mut self.found);
+        self.watched
+            .unknown_to(m.src as usize, known, |group, from| {
+                if full && group[from..].iter().all(|w| w.races(ctx, m.tag)) {
+                    // past the most to print, and every one races: counted, in one go
+                    *found += (group.len() - from) as u64;
+                    group.truncate(from);
+                } else {
+                    report_group(group, from, ctx, m, report, printed, max, found);
+                }
+            });
         let Some(s) = merge else {
             self.clock[me] += 1;
             return;
@@ -1199,34 +1187,6 @@ impl Notes {
         self.clock[me] += 1;
         if known > self.known_by[m.src as usize] {
             self.learnt(m.src, known);
-        }
-    }
-
-    /// [`Notes::check`] for watched group `g` from `from` on when its racing receives
-    /// are not all counted in one go: each is reported once, or counted past the most
-    /// to print.
-    #[inline(never)]
-    fn report_group(
-        &mut self,
-        g: usize,
-        from: usize,
-        ctx: u32,
-        m: &Msg,
-        report: &mut Vec<(Watched, Msg)>,
-    ) {
-        let group = &mut self.watched[g];
-        let mut i = from;
-        while i < group.len() {
-            if group[i].races(ctx, m.tag) {
-                let w = group.remove(i);
-                if self.printed + (report.len() as u64) < self.max_reports {
-                    report.push((w, m.clone()));
-                } else {
-                    self.found += 1;
-                }
-            } else {
-                i += 1;
-            }
         }
     }
 
@@ -1247,31 +1207,133 @@ impl Notes {
                 second = *k;
             }
         }
-        for (g, group) in self.watched.iter_mut().enumerate() {
-            let floor = if g == low_at { second } else { low };
-            let n = group.partition_point(|w| w.clock <= floor);
-            group.drain(..n);
-        }
+        self.watched
+            .forget(|g| if g == low_at { second } else { low });
     }
 
     #[inline(always)]
     fn watch(&mut self, posted: Brief, took: Msg) {
         if posted.source == Src::Any {
             let clock = self.clock[self.me as usize];
-            let group = &mut self.watched[took.src as usize];
-            if group.len() == WATCH_LIMIT {
-                // a rank that never hears from this one keeps every receive racy:
-                // bound the memory, forget the oldest half
-                group.drain(..WATCH_LIMIT / 2);
-            }
-            group.push(Watched {
-                ctx: posted.ctx,
-                tag: posted.tag,
-                call: posted.call,
-                clock,
-                took,
-            });
+            self.watched.push(
+                took.src as usize,
+                Watched {
+                    ctx: posted.ctx,
+                    tag: posted.tag,
+                    call: posted.call,
+                    clock,
+                    took,
+                },
+            );
         }
+    }
+}
+
+/// [`Notes::check`] for a group whose racing receives from `from` on are not all
+/// counted in one go: each is reported once (while fewer than `max` are printed,
+/// `printed` so far), or counted in `found`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn report_group(
+    group: &mut Vec<Watched>,
+    from: usize,
+    ctx: u32,
+    m: &Msg,
+    report: &mut Vec<(Watched, Msg)>,
+    printed: u64,
+    max: u64,
+    found: &mut u64,
+) {
+    let mut i = from;
+    while i < group.len() {
+        if group[i].races(ctx, m.tag) {
+            let w = group.remove(i);
+            if printed + (report.len() as u64) < max {
+                report.push((w, m.clone()));
+            } else {
+                *found += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// The wildcard receives that later messages may race with, in groups by the sender
+/// of the message each took, oldest (lowest clock) first; and which groups hold any.
+///
+/// A message is checked against the groups that hold receives (`live`), not against
+/// every rank's: a look at each rank's cost ~12 instructions a message and rank
+/// (+84 a message at 9 ranks of the paper's Table 2, where every message empties all
+/// groups but its sender's).
+struct Watching {
+    groups: Vec<Vec<Watched>>,
+    /// The ranks whose groups are not empty, each once, in no order.
+    live: Vec<u32>,
+}
+
+impl Watching {
+    /// Empty groups for `size` ranks.
+    fn new(size: usize) -> Watching {
+        Watching {
+            groups: vec![Vec::new(); size],
+            live: Vec::new(),
+        }
+    }
+
+    /// Adds receive `w` (the newest) to group `g`.
+    #[inline(always)]
+    fn push(&mut self, g: usize, w: Watched) {
+        let group = &mut self.groups[g];
+        match group.len() {
+            0 => self.live.push(g as u32),
+            // a rank that never hears from this one keeps every receive racy: bound
+            // the memory, forget the oldest half
+            WATCH_LIMIT => drop(group.drain(..WATCH_LIMIT / 2)),
+            _ => {}
+        }
+        group.push(w);
+    }
+
+    /// Calls `f` with each group, apart from `src`'s, that holds receives a sender
+    /// knowing this rank's clock up to `known` did not know of (clock above
+    /// `known`), and where they start; `f` may take receives out of the group.
+    #[inline(always)]
+    fn unknown_to(&mut self, src: usize, known: u64, mut f: impl FnMut(&mut Vec<Watched>, usize)) {
+        let mut i = 0;
+        while let Some(&g) = self.live.get(i) {
+            let g = g as usize;
+            i += 1;
+            let group = &mut self.groups[g];
+            // one sender's messages cannot race with each other (non-overtaking), and
+            // only the receives the sender did not know of can; the newest is at the
+            // back
+            if g == src || group.last().is_none_or(|w| w.clock <= known) {
+                continue;
+            }
+            // the sender knew of none of them, most often (a rank that never hears
+            // from this one)
+            let from = match group.first() {
+                Some(w) if w.clock > known => 0,
+                _ => group.partition_point(|w| w.clock <= known),
+            };
+            f(group, from);
+            if group.is_empty() {
+                i -= 1;
+                self.live.swap_remove(i);
+            }
+        }
+    }
+
+    /// Lets go of the receives of each group `g` with clock up to `floor(g)`.
+    fn forget(&mut self, floor: impl Fn(usize) -> u64) {
+        let groups = &mut self.groups;
+        self.live.retain(|&g| {
+            let group = &mut groups[g as usize];
+            let n = group.partition_point(|w| w.clock <= floor(g as usize));
+            group.drain(..n);
+            !group.is_empty()
+        });
     }
 }
 
@@ -1894,6 +1956,110 @@ fn report(r: &mut Notes, w: &Watched, m: &Msg) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Watching`] against a model that looks at every rank's group, over a random
+    /// run of receives watched, messages checked (taking all, some or none of the
+    /// racing receives out of each group visited) and receives forgotten: the same
+    /// groups visited, from the same receive, the same receives kept, and `live`
+    /// naming each group that holds receives, once, and no other.
+    #[test]
+    fn watching_visits_the_groups_a_look_at_every_rank_would() {
+        const RANKS: usize = 7;
+        let mut w = Watching::new(RANKS);
+        let mut model: Vec<Vec<u64>> = vec![Vec::new(); RANKS];
+        let mut clock = 0u64;
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        // what a check takes out of a group from `from` on: all, the even clocks, none
+        let take = |group: &mut Vec<u64>, from: usize, how: u64| match how {
+            0 => group.truncate(from),
+            1 => {
+                let kept: Vec<u64> = group[from..]
+                    .iter()
+                    .copied()
+                    .filter(|c| c % 2 == 1)
+                    .collect();
+                group.truncate(from);
+                group.extend(kept);
+            }
+            _ => {}
+        };
+        let (mut visits, mut emptied) = (0, 0);
+        for _ in 0..20_000 {
+            match rnd(5) {
+                0..=2 => {
+                    clock += 1;
+                    let g = rnd(RANKS as u64) as usize;
+                    let took = Msg {
+                        src: g as u32,
+                        tag: 0,
+                        file: NO_FILE,
+                        line: 0,
+                    };
+                    let r = Watched {
+                        ctx: 0,
+                        tag: TagSel::Any,
+                        call: Call::default(),
+                        clock,
+                        took,
+                    };
+                    w.push(g, r);
+                    model[g].push(clock);
+                }
+                3 => {
+                    let src = rnd(RANKS as u64) as usize;
+                    let known = clock.saturating_sub(rnd(12));
+                    let how = rnd(3);
+                    let mut seen = Vec::new();
+                    w.unknown_to(src, known, |group, from| {
+                        seen.push((group[0].took.src as usize, from));
+                        let mut clocks: Vec<u64> = group.iter().map(|r| r.clock).collect();
+                        take(&mut clocks, from, how);
+                        group.retain(|r| clocks.contains(&r.clock));
+                    });
+                    let mut want = Vec::new();
+                    for (g, group) in model.iter_mut().enumerate() {
+                        if g == src || group.last().is_none_or(|c| *c <= known) {
+                            continue;
+                        }
+                        let from = group.partition_point(|c| *c <= known);
+                        want.push((g, from));
+                        take(group, from, how);
+                        emptied += usize::from(group.is_empty());
+                    }
+                    seen.sort();
+                    assert_eq!(seen, want, "groups visited, from src {src} known {known}");
+                    visits += want.len();
+                }
+                _ => {
+                    let floors: Vec<u64> =
+                        (0..RANKS).map(|_| clock.saturating_sub(rnd(20))).collect();
+                    w.forget(|g| floors[g]);
+                    for (g, group) in model.iter_mut().enumerate() {
+                        group.retain(|c| *c > floors[g]);
+                    }
+                }
+            }
+            for (g, group) in model.iter().enumerate() {
+                let got: Vec<u64> = w.groups[g].iter().map(|r| r.clock).collect();
+                assert_eq!(&got, group, "group {g}");
+            }
+            let mut live: Vec<usize> = w.live.iter().map(|g| *g as usize).collect();
+            live.sort();
+            let want: Vec<usize> = (0..RANKS).filter(|g| !model[*g].is_empty()).collect();
+            assert_eq!(live, want, "live groups");
+        }
+        // (the run exercised what it checks)
+        assert!(
+            visits > 1_000 && emptied > 100,
+            "{visits} visits, {emptied} emptied"
+        );
+    }
 
     /// A batch of notes (tag, number, clock) on context 0, each with its number as its
     /// line and no source file.
