@@ -281,12 +281,17 @@ impl Tools {
 
 /// The number of messages so far on each channel (peer, context, tag), for the
 /// tracer's per-pair sequence numbers and the race checker's notes. Each peer's last
-/// channel is kept in a slot of its own (by the peer's rank, [`SLOTS`] of them) beside
-/// the table: a program's next message with a peer is most often on the channel of its
-/// last one (a ping-pong, a loop of sends, a wildcard receive fed by a few ranks).
-#[derive(Clone, Default)]
+/// channel is kept in a slot of its own (by the peer's rank) beside the table: a
+/// program's next message with a peer is most often on the channel of its last one
+/// (a ping-pong, a loop of sends, a wildcard receive fed by many ranks). There is a
+/// slot for each rank of the job, up to [`MAX_SLOTS`]: with 8 slots for 16 senders,
+/// two peers took turns in each and every message of the paper's Table 2 went
+/// through the table (~170 instructions).
+#[derive(Clone)]
 pub(crate) struct Channels {
-    slots: [Option<(Channel, u64)>; SLOTS],
+    /// The slots (a power of two of them), peer `p`'s at `p & mask`.
+    slots: Box<[Option<(Channel, u64)>]>,
+    mask: usize,
     rest: HashMap<Channel, u64>,
     /// On a receiver, the numbers of messages withdrawn by their senders' cancels
     /// that the count has not reached yet ([`Channels::withdraw`]): passed over.
@@ -296,10 +301,29 @@ pub(crate) struct Channels {
 /// A logical channel: (peer's world rank, context, tag).
 type Channel = (u32, u32, i32);
 
-/// Slots of [`Channels`].
-const SLOTS: usize = 8;
+/// The most slots of [`Channels`] (24 bytes each).
+const MAX_SLOTS: usize = 1 << 10;
+
+impl Default for Channels {
+    /// Channels with 8 slots.
+    fn default() -> Channels {
+        Channels::new(8)
+    }
+}
 
 impl Channels {
+    /// Channels with a slot for each of `ranks` peers (rounded up to a power of two,
+    /// at most [`MAX_SLOTS`]).
+    pub(crate) fn new(ranks: usize) -> Channels {
+        let n = ranks.clamp(1, MAX_SLOTS).next_power_of_two();
+        Channels {
+            slots: vec![None; n].into_boxed_slice(),
+            mask: n - 1,
+            rest: HashMap::default(),
+            skips: Vec::new(),
+        }
+    }
+
     /// The number of the next message *received* (matched) on channel `c`, counting
     /// it: [`Channels::next`], passing over the numbers of withdrawn messages.
     #[inline(always)]
@@ -347,7 +371,7 @@ impl Channels {
 
     /// The number of messages counted so far on channel `c`.
     pub(crate) fn count(&self, c: Channel) -> u64 {
-        match self.slots[c.0 as usize % SLOTS] {
+        match self.slots[c.0 as usize & self.mask] {
             Some((k, n)) if k == c => n,
             _ => self.rest.get(&c).copied().unwrap_or(0),
         }
@@ -359,7 +383,7 @@ impl Channels {
     /// instructions.
     #[inline(always)]
     pub(crate) fn next(&mut self, c: Channel) -> u64 {
-        match &mut self.slots[c.0 as usize % SLOTS] {
+        match &mut self.slots[c.0 as usize & self.mask] {
             Some((k, n)) if *k == c => {
                 *n += 1;
                 *n - 1
@@ -372,7 +396,7 @@ impl Channels {
     #[cold]
     #[inline(never)]
     fn next_in_table(&mut self, c: Channel) -> u64 {
-        let slot = &mut self.slots[c.0 as usize % SLOTS];
+        let slot = &mut self.slots[c.0 as usize & self.mask];
         if let Some((k, n)) = slot.take() {
             self.rest.insert(k, n);
         }
@@ -742,7 +766,7 @@ impl Left {
 
 #[cfg(test)]
 mod tests {
-    use super::Channels;
+    use super::{Channels, MAX_SLOTS};
 
     /// Each channel is counted on its own, whichever one sits in its peer's slot.
     #[test]
@@ -766,6 +790,24 @@ mod tests {
             (c.count(a), c.count(b), c.count(d), c.count((9, 9, 9))),
             (4, 3, 1, 0)
         );
+    }
+
+    /// Channels for a job of N ranks keep each peer's last channel in a slot of its
+    /// own: 17 peers taking turns (the senders of Table 2 at 18 ranks) never reach the
+    /// table, and the count of each is right. Past the most slots, peers share them.
+    #[test]
+    fn channels_have_a_slot_for_each_rank() {
+        let mut c = Channels::new(18);
+        assert_eq!(c.slots.len(), 32);
+        for round in 0..5 {
+            for p in 1..18 {
+                assert_eq!(c.next((p, 0, 1)), round);
+            }
+        }
+        assert!(c.rest.is_empty(), "a peer went through the table");
+        let big = Channels::new(1 << 20);
+        assert_eq!(big.slots.len(), MAX_SLOTS);
+        assert_eq!(Channels::new(0).slots.len(), 1);
     }
 
     /// Withdrawn messages' numbers are passed over, wherever they stood among the
