@@ -1633,8 +1633,9 @@ fn check_events_now(block: bool) {
             }
             _ => break,
         };
-        // the next one's note has not been taken in yet: take what has arrived, and
-        // wait for it if it is owed and still not here
+        // the next one's note has not been taken in yet: take what has arrived (if
+        // anything can have, `unseen`), and wait for it if it is owed and still not
+        // here
         if std::mem::take(&mut unseen) && take_arrived_batches(&tool) > 0 {
             continue;
         }
@@ -1974,12 +1975,13 @@ mod tests {
         let mut w = Watching::new(RANKS);
         let mut model: Vec<Vec<u64>> = vec![Vec::new(); RANKS];
         let mut clock = 0u64;
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        // (a linear congruential generator, Knuth's MMIX constants)
+        let mut x = 1_u64;
         let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % n
         };
         // what a check takes out of a group from `from` on: all, the even clocks, none
         let take = |group: &mut Vec<u64>, from: usize, how: u64| match how {
