@@ -315,9 +315,9 @@ impl Numbered for u64 {
 /// slots at the window's front, with no hashing. The run of empty slots behind a
 /// first entry that stays is counted, and a search starts past it. An entry left
 /// behind while many others pass (a receive that stays posted, a message received
-/// much later), or a
-/// key inserted below the window, is kept in an ordered map behind it; a key far
-/// beyond the window's end moves the window's entries there and starts a new window.
+/// much later), or a key inserted below the window, is kept in an ordered map behind
+/// it; a key far beyond the window's end moves the window's entries there and starts
+/// a new window.
 /// Iteration is in number order; equality and hashing are by content, not by where
 /// an entry is kept (the model checker compares states).
 ///

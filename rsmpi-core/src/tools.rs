@@ -289,9 +289,8 @@ impl Tools {
 /// through the table (~170 instructions).
 #[derive(Clone)]
 pub(crate) struct Channels {
-    /// The slots (a power of two of them), peer `p`'s at `p & mask`.
+    /// The slots (a power of two of them), peer `p`'s at `p % len` ([`Channels::slot`]).
     slots: Box<[Option<(Channel, u64)>]>,
-    mask: usize,
     rest: HashMap<Channel, u64>,
     /// On a receiver, the numbers of messages withdrawn by their senders' cancels
     /// that the count has not reached yet ([`Channels::withdraw`]): passed over.
@@ -318,10 +317,15 @@ impl Channels {
         let n = ranks.clamp(1, MAX_SLOTS).next_power_of_two();
         Channels {
             slots: vec![None; n].into_boxed_slice(),
-            mask: n - 1,
             rest: HashMap::default(),
             skips: Vec::new(),
         }
+    }
+
+    /// Where channel `c`'s peer's slot is.
+    #[inline(always)]
+    fn slot(&self, c: Channel) -> usize {
+        c.0 as usize & (self.slots.len() - 1)
     }
 
     /// The number of the next message *received* (matched) on channel `c`, counting
@@ -371,7 +375,7 @@ impl Channels {
 
     /// The number of messages counted so far on channel `c`.
     pub(crate) fn count(&self, c: Channel) -> u64 {
-        match self.slots[c.0 as usize & self.mask] {
+        match self.slots[self.slot(c)] {
             Some((k, n)) if k == c => n,
             _ => self.rest.get(&c).copied().unwrap_or(0),
         }
@@ -383,7 +387,7 @@ impl Channels {
     /// instructions.
     #[inline(always)]
     pub(crate) fn next(&mut self, c: Channel) -> u64 {
-        match &mut self.slots[c.0 as usize & self.mask] {
+        match &mut self.slots[self.slot(c)] {
             Some((k, n)) if *k == c => {
                 *n += 1;
                 *n - 1
@@ -396,7 +400,8 @@ impl Channels {
     #[cold]
     #[inline(never)]
     fn next_in_table(&mut self, c: Channel) -> u64 {
-        let slot = &mut self.slots[c.0 as usize & self.mask];
+        let i = self.slot(c);
+        let slot = &mut self.slots[i];
         if let Some((k, n)) = slot.take() {
             self.rest.insert(k, n);
         }
