@@ -280,6 +280,29 @@ fn receives_pair_with_their_own_sends_in_match_order() {
     }
 }
 
+/// A receive posted while recording that completes during a flush, while the
+/// tracer's own traffic runs and nothing else is recorded (`traced ... straddle`:
+/// 1 MiB messages received across barriers, each a flush point), keeps its
+/// `Recv` record: its sender recorded the `Send`. Before, the record was dropped in
+/// 1–6 of 300 messages.
+#[test]
+fn a_receive_completed_in_a_flush_keeps_its_record() {
+    let (dir, traces) = traced("trace-straddle", 2, &["300", "1", "straddle"], "4K");
+    let bad = chrome::check(&traces);
+    assert!(bad.is_empty(), "{bad:#?}");
+    let left = chrome::unreceived(&traces);
+    assert!(left.is_empty(), "{} sends unreceived: {left:?}", left.len());
+    let t0 = traces.iter().find(|t| t.rank == 0).expect("rank 0's file");
+    let recvs = t0
+        .records
+        .iter()
+        .filter(|r| r.kind == format::Kind::Recv && r.a == 1 && r.b == 5 && r.c == 0)
+        .count();
+    assert_eq!(recvs, 300);
+    assert!(count(t0, format::Kind::FlushEnd) >= 5);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn trace_memory_stays_under_the_soft_threshold_plus_one_chunk() {
     // 2 ranks x 210 000 sendrecvs (a send, a receive and the call's one record each)

@@ -381,11 +381,38 @@ fn blocking_send_tooled<B: Buffer + ?Sized>(
     if tools::checking() {
         return blocking_send_checked(&comm, rank, buf, tag, mode);
     }
-    blocking_send_watched(&comm, rank, buf, tag, mode)
+    blocking_send_traced(&comm, rank, buf, tag, mode)
 }
 
-/// [`blocking_send`] with the tracer alone on, or with standard sends made
-/// synchronous for the deadlock check ([`blocking_send_tooled`]).
+/// [`blocking_send`] with the tracer alone on: [`send_now_or_wait`] between the
+/// call's enter and its one record, all in [`blocking_send_tooled`]'s frame. The
+/// library state's visit is a closure of its own, so that its thread-local access
+/// has this one caller and is inlined (through [`blocking_send_watched`]'s closures,
+/// shared with the checks' sends, a traced send took ~100 instructions more).
+#[track_caller]
+#[inline(always)]
+fn blocking_send_traced<B: Buffer + ?Sized>(
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    buf: &B,
+    tag: Tag,
+    mode: SendMode,
+) -> Result<()> {
+    let op = send_op(mode, false);
+    let t0 = crate::trace::enter(op);
+    let bytes = buf.rsmpi_send();
+    let sent = progress::try_with(|s| begin_send::<tools::On>(s, comm, rank, tag, mode, &bytes));
+    let r = match sent {
+        Ok(Ok(None)) => Ok(()), // sent and complete, or PROC_NULL
+        Ok(Ok(Some(dest))) => send_waited::<tools::On>(comm, dest, tag, mode, bytes),
+        Ok(Err(e)) | Err(e) => Err(e),
+    };
+    crate::trace::leave(op, t0);
+    r
+}
+
+/// [`blocking_send`] with standard sends made synchronous for the deadlock check
+/// ([`blocking_send_checked`]).
 #[track_caller]
 #[cold]
 #[inline(never)]
@@ -586,10 +613,12 @@ fn blocking_recv_watched<B: BufferMut + ?Sized>(
     if tools::checking() {
         return blocking_recv_checked(comm, src, tag, buf);
     }
-    let site = Location::caller();
-    tools::watched(Op::Recv, site, move || {
-        recv_and_wait::<tools::On, _>(comm, src, tag, buf, site)
-    })
+    // the tracer alone: the body between the call's enter and its one record, in
+    // this frame (as `blocking_send_traced`)
+    let t0 = crate::trace::enter(Op::Recv);
+    let r = recv_and_wait::<tools::Traced, _>(comm, src, tag, buf, Location::caller());
+    crate::trace::leave(Op::Recv, t0);
+    r
 }
 
 /// [`blocking_recv`] with a check on: a receive into the user's own bytes marks the
@@ -669,6 +698,9 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
                 {
                     left = t.leave(Op::Recv);
                 }
+                if let (true, Ok(Some(Ok(o)))) = (W::TRACED, &first) {
+                    traced_in_call(s, ctx, o);
+                }
                 first
             });
             // (nothing to run unless the call ended in that visit)
@@ -680,6 +712,9 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
                     let o = progress::wait_recv(id);
                     if W::CALL {
                         tools::leave(Op::Recv);
+                    }
+                    if W::TRACED {
+                        progress::with(|s| traced_in_call(s, ctx, &o));
                     }
                     o
                 }
@@ -696,10 +731,23 @@ fn recv_and_wait<W: tools::Mode, B: BufferMut + ?Sized>(
     };
     let cap = buf.rsmpi_capacity();
     let key = progress::with(|s| start_recv::<W>(s, ctx, src, tag, RecvDst::Owned(vec![0; cap])))?;
-    let st = crate::request::finish_recv(wait_posted(key), cap as u64, elem, ctx)?;
+    let outcome = wait_posted(key);
+    if W::TRACED {
+        progress::with(|s| traced_in_call(s, ctx, &outcome));
+    }
+    let st = crate::request::finish_recv(outcome, cap as u64, elem, ctx)?;
     let data = progress::with(|s| s.owned_done.remove(&key)).unwrap_or_default();
     buf.rsmpi_unpack(&data)?;
     Ok(st)
+}
+
+/// A blocking receive on context `ctx` completed with `outcome`, in a call the tracer
+/// alone watches ([`tools::Traced`]): its `Recv` record.
+#[inline(always)]
+fn traced_in_call(s: &mut progress::State, ctx: u32, outcome: &RecvOutcome) {
+    if let Some(t) = s.tools_mut().and_then(|t| t.trace.as_mut()) {
+        t.received_in_call(ctx, outcome);
+    }
 }
 
 /// Waits for the receive [`start_recv`] posted as `key`: its outcome, by the wait

@@ -397,6 +397,16 @@ impl Finish<'_> {
     #[cold]
     #[inline(never)]
     fn received(&mut self, recv: RecvId) {
+        // with the tracer alone, most receives are its blocking ones, which it
+        // records in their calls: nothing to look up, and no frame for the lookup
+        if crate::tools::of(self.tools).is_some_and(|t| t.wants_received()) {
+            self.received_now(recv);
+        }
+    }
+
+    /// [`Self::received`] for a receive some tool may keep.
+    #[inline(never)]
+    fn received_now(&mut self, recv: RecvId) {
         if let (Some(t), Some(o)) = (crate::tools::of(self.tools), self.recvs.outcome(recv)) {
             t.received(recv, &o);
         }

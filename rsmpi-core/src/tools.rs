@@ -141,6 +141,15 @@ impl Tools {
         if let Some(t) = &mut self.trace {
             t.send(dest, ctx, tag, bytes);
         }
+        if self.deadlock.is_some() || self.errors.is_some() {
+            self.sent_to_checks(dest, ctx, tag, id);
+        }
+    }
+
+    /// [`Self::sent_to_tools`] for the deadlock detector and the error checks: out of
+    /// line, so that the tracer's record is made in a small frame.
+    #[inline(never)]
+    fn sent_to_checks(&mut self, dest: u32, ctx: u32, tag: i32, id: Option<SendId>) {
         if let (Some(d), Some(id)) = (&mut self.deadlock, id) {
             d.send_started(id, dest, self.call);
         }
@@ -261,6 +270,15 @@ impl Tools {
         if let Some(n) = &mut self.notes {
             n.early.rekey(msg.0, r.0);
         }
+    }
+
+    /// Whether any tool keeps receives for [`Tools::received`]: the checks, or the
+    /// tracer with receives posted and not complete.
+    #[inline(always)]
+    pub fn wants_received(&self) -> bool {
+        self.notes.is_some()
+            || self.deadlock.is_some()
+            || self.trace.as_ref().is_some_and(Tracer::tracks_receives)
     }
 
     /// A receive completed (inlined into its one caller, the library state's hook,
@@ -560,6 +578,8 @@ pub(crate) trait Mode {
     /// Whether the watched copy also marks the call's enter and leave itself, in its
     /// own visit to the library state ([`Called`]).
     const CALL: bool = false;
+    /// Whether the receive's `Recv` record is made by the call itself ([`Traced`]).
+    const TRACED: bool = false;
 }
 
 /// The body's copy for a call the tools watch.
@@ -583,6 +603,21 @@ pub(crate) struct Called;
 impl Mode for Called {
     const ON: bool = true;
     const CALL: bool = true;
+}
+
+/// The copy of a blocking receive with the tracer alone on: no hook runs while the
+/// receive is posted, and none finds it when it completes; the call makes its `Recv`
+/// record itself, from the outcome it returns to the user
+/// ([`crate::trace::Tracer::received_in_call`]). A blocking receive is numbered on
+/// its channel correctly there: every receive that can match an earlier message of
+/// its channel was posted before it and has matched, and been numbered, by then, and
+/// no later one can be posted before the call returns. The hooks cost a traced
+/// receive ~120 instructions (`docs/tools.md`, tracing "Cost").
+pub(crate) struct Traced;
+
+impl Mode for Traced {
+    const ON: bool = false;
+    const TRACED: bool = true;
 }
 
 /// Who makes a call on the per-message path: the user ([`User`]) or the library

@@ -13,8 +13,11 @@
 //! loop, before the reduction, while rank 2 waits in a receive from rank 1 and the
 //! others in the reduction, until the launcher stops them (a job that dies:
 //! `tests/trace.rs`). With `hang`, every rank then waits for a message from its left
-//! neighbour that never comes (a job that hangs until its time limit). Every payload
-//! is checked.
+//! neighbour that never comes (a job that hangs until its time limit). With
+//! `straddle`, the loop is instead: rank 0 posts a receive of 1 MiB from rank 1, rank
+//! 1 starts its send, and every rank meets in a barrier before the two wait, so
+//! that the message often completes during the barrier's flush, while the tracer's
+//! own traffic runs. Every payload is checked.
 #![forbid(unsafe_code)]
 
 use rsmpi::request;
@@ -36,6 +39,10 @@ fn main() {
     let (me, n) = (world.rank(), world.size());
     let right = world.process_at_rank((me + 1) % n);
     let left = world.process_at_rank((me + n - 1) % n);
+    if args.iter().any(|a| a == "straddle") {
+        straddle(&world, iters);
+        return;
+    }
     let mut large_in = vec![0u8; 64 << 10];
     world.barrier();
     let start = std::time::Instant::now();
@@ -103,6 +110,37 @@ fn main() {
         println!("traced: loop took {:.6} s", took);
         if let Some(f) = out {
             std::fs::write(f, format!("{took:.9}\n")).expect("write out=FILE");
+        }
+    }
+}
+
+/// The `straddle` loop: `iters` messages of 1 MiB from rank 1 to rank 0, each
+/// received across a barrier.
+fn straddle(world: &rsmpi::topology::SimpleCommunicator, iters: u64) {
+    let me = world.rank();
+    let mut rbuf = vec![0u8; 1 << 20];
+    for i in 0..iters {
+        let sbuf = vec![i as u8; 1 << 20];
+        request::scope(|sc| match me {
+            0 => {
+                let r =
+                    world
+                        .process_at_rank(1)
+                        .immediate_receive_into_with_tag(sc, &mut rbuf[..], 5);
+                world.barrier();
+                r.wait();
+            }
+            1 => {
+                let r = world
+                    .process_at_rank(0)
+                    .immediate_send_with_tag(sc, &sbuf[..], 5);
+                world.barrier();
+                r.wait();
+            }
+            _ => world.barrier(),
+        });
+        if me == 0 {
+            assert!(rbuf.iter().all(|b| *b == i as u8), "message {i}");
         }
     }
 }

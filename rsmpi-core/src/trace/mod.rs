@@ -280,14 +280,13 @@ impl Tracer {
 
     /// A message of `bytes` bytes left for world rank `dest`.
     pub fn send(&mut self, dest: u32, ctx: u32, tag: i32, bytes: u64) {
-        let sent = &mut self.sent;
-        let full = STAGE.with(|s| {
-            s.recording.get() && {
-                let seq = sent.next((dest, ctx, tag));
-                s.push(Kind::Send, 0, dest, tag, ctx, bytes, seq)
-            }
-        });
-        if full {
+        // the channel counted outside the stage's closure, which stays small enough
+        // to inline
+        if !self.recording() {
+            return;
+        }
+        let seq = self.sent.next((dest, ctx, tag));
+        if STAGE.with(|s| s.message(Kind::Send, dest, tag, ctx, bytes, seq)) {
             self.spill();
         }
     }
@@ -335,6 +334,13 @@ impl Tracer {
         }
     }
 
+    /// Whether receives posted while recording wait for their completion
+    /// ([`Tracer::received`]).
+    #[inline(always)]
+    pub(crate) fn tracks_receives(&self) -> bool {
+        !self.recv_ctx.is_empty()
+    }
+
     /// A receive completed.
     pub fn received(&mut self, id: RecvId, outcome: &RecvOutcome) {
         let Some(ctx) = self.recv_ctx.remove(&id) else {
@@ -346,9 +352,19 @@ impl Tracer {
         }
     }
 
+    /// A blocking receive on `ctx` completed with `outcome` in the call that posted
+    /// it ([`crate::tools::Traced`]): its `Recv` record, numbered now, if recording.
+    #[inline(always)]
+    pub(crate) fn received_in_call(&mut self, ctx: u32, outcome: &RecvOutcome) {
+        if self.recording() {
+            self.push_received(ctx, outcome, None);
+        }
+    }
+
     /// The `Recv` record of a receive on `ctx` that completed with `outcome`: its
     /// number on its channel is `seq` if it was numbered when it matched, the next
-    /// one otherwise.
+    /// one otherwise. Made whether recording or not: the callers know that the
+    /// receive was posted while recording.
     fn push_received(&mut self, ctx: u32, outcome: &RecvOutcome, seq: Option<u64>) {
         if let RecvOutcome::Received {
             source,
@@ -358,15 +374,11 @@ impl Tracer {
         } = *outcome
         {
             let seq = seq.unwrap_or_else(|| self.received.next_received((source, ctx, tag)));
-            self.push(
-                Kind::Recv,
-                0,
-                source,
-                tag,
-                ctx,
-                truncated_from.unwrap_or(len),
-                seq,
-            );
+            let bytes = truncated_from.unwrap_or(len);
+            // (recording or not: see `Stage::message_now`)
+            if STAGE.with(|s| s.message_now(Kind::Recv, source, tag, ctx, bytes, seq)) {
+                self.spill();
+            }
         }
     }
 }
@@ -478,18 +490,73 @@ impl Stage {
         full
     }
 
-    /// The start of a call `op` that will be recorded whole ([`Self::call`]): its
-    /// (raw) time, 0 while not recording.
+    /// [`Self::push`] for a message's record, `Send` or `Recv`, made on every traced
+    /// message and so kept small enough to inline: a send right after its call's
+    /// enter (the common case) and a receive read no clock here, and the clock read
+    /// of a send made later in its call is out of line.
     #[inline(always)]
+    fn message(&self, kind: Kind, a: u32, b: i32, c: u32, d: u64, e: u64) -> bool {
+        if !self.recording.get() {
+            return false;
+        }
+        self.message_now(kind, a, b, c, d, e)
+    }
+
+    /// [`Self::message`], recording or not: the `Recv` record of a receive posted
+    /// while recording, which may complete while the tracer's own traffic runs (a
+    /// flush), when nothing else is recorded: its sender recorded its `Send`.
+    #[inline(always)]
+    fn message_now(&self, kind: Kind, a: u32, b: i32, c: u32, d: u64, e: u64) -> bool {
+        let ts = if kind == Kind::Recv {
+            self.unstamped.set(self.unstamped.get() + 1);
+            u64::MAX
+        } else {
+            let ts = if self.after_enter.get() {
+                self.last_ts.get()
+            } else {
+                self.now_out_of_line()
+            };
+            self.mark(ts);
+            ts
+        };
+        self.after_enter.set(false);
+        self.append(Record {
+            ts,
+            kind,
+            op: 0,
+            a,
+            b,
+            c,
+            d,
+            e,
+        })
+    }
+
+    /// [`Self::now`], out of line.
+    #[inline(never)]
+    fn now_out_of_line(&self) -> u64 {
+        self.now()
+    }
+
+    /// The start of a call `op` that will be recorded whole ([`Self::call`]): its
+    /// (raw) time, 0 while not recording. ([`enter`] is this with the clock read
+    /// outside the stage's closure.)
+    #[cfg(test)]
     fn enter(&self, op: u8) -> u64 {
         if !self.recording.get() {
             return 0;
         }
         let ts = self.now();
+        self.entered(op, ts);
+        ts
+    }
+
+    /// [`Self::enter`] with the time `ts` read by the caller ([`enter`]), recording.
+    #[inline(always)]
+    fn entered(&self, op: u8, ts: u64) {
         self.mark(ts);
         self.after_enter.set(true);
         self.open.set((op, ts));
-        ts
     }
 
     /// The rank stops (a signal, an abort) in the call begun by [`Self::enter`], if
@@ -497,26 +564,27 @@ impl Stage {
     /// now as `d`. Says whether the stage is full.
     fn open_call(&self) -> bool {
         let (op, t0) = self.open.get();
-        self.end_call(op, t0, format::OPEN)
+        t0 != 0 && self.call_at(op, t0, self.now(), format::OPEN)
     }
 
     /// The end of a call `op` begun at (raw) time `t0` by [`Self::enter`]: one
     /// [`Kind::Call`] record (time `t0`, `d` = the time now), made after the records
     /// of what happened in the call; the receives among them that wait for their time
     /// take the time now. Nothing while not recording, or if the call began while not
-    /// recording (`t0` = 0). Says whether the stage is full.
-    #[inline(always)]
+    /// recording (`t0` = 0). Says whether the stage is full. ([`leave`] is this with
+    /// the clock read outside the stage's closure.)
+    #[cfg(test)]
     fn call(&self, op: u8, t0: u64) -> bool {
-        self.end_call(op, t0, 0)
+        t0 != 0 && self.call_at(op, t0, self.now(), 0)
     }
 
-    /// [`Self::call`] and [`Self::open_call`]: the call's record, with `e` as given.
+    /// [`Self::call`] with the time now, `now`, read by the caller ([`leave`]), and
+    /// `e` for the record ([`format::OPEN`] from [`Self::open_call`]).
     #[inline(always)]
-    fn end_call(&self, op: u8, t0: u64, e: u64) -> bool {
-        if !self.recording.get() || t0 == 0 {
+    fn call_at(&self, op: u8, t0: u64, now: u64, e: u64) -> bool {
+        if !self.recording.get() {
             return false;
         }
-        let now = self.now();
         self.mark(now);
         self.after_enter.set(false);
         self.open.set((0, 0));
@@ -751,7 +819,15 @@ pub(crate) fn finish() {
 /// shares this time.
 #[inline(always)]
 pub(crate) fn enter(op: Op) -> u64 {
-    STAGE.with(|s| s.enter(op as u8))
+    // the clock read outside the stage's closures, which then stay small enough for
+    // LLVM to inline them (with the read inside, a traced send's leave was a call of
+    // ~54 instructions)
+    if !STAGE.with(|s| s.recording.get()) {
+        return 0;
+    }
+    let ts = clock().raw();
+    STAGE.with(|s| s.entered(op as u8, ts));
+    ts
 }
 
 /// The MPI call `op`, entered at (raw) time `t0`, ends (the tracer alone is on):
@@ -759,7 +835,11 @@ pub(crate) fn enter(op: Op) -> u64 {
 /// unless the stage is full; inlined like [`enter`].
 #[inline(always)]
 pub(crate) fn leave(op: Op, t0: u64) {
-    if STAGE.with(|s| s.call(op as u8, t0)) {
+    if t0 == 0 {
+        return; // not recording when the call began
+    }
+    let now = clock().raw();
+    if STAGE.with(|s| s.call_at(op as u8, t0, now, 0)) {
         spill();
     }
 }
