@@ -169,9 +169,20 @@ fn trace_is_complete_paired_and_converts_to_perfetto_json() {
             "rank {}",
             t.rank
         );
-        // 600 ring messages + 75 large + 75 probed, plus the collectives' own
-        assert!(count(t, format::Kind::Send) >= 750);
-        assert!(count(t, format::Kind::Recv) >= 750);
+        // 600 ring messages + 75 large + 75 probed + 75 into a strided view, plus
+        // the collectives' own
+        assert!(count(t, format::Kind::Send) >= 825);
+        assert!(count(t, format::Kind::Recv) >= 825);
+        // the strided view's (received into the library's buffer, then unpacked)
+        assert_eq!(
+            t.records
+                .iter()
+                .filter(|r| r.kind == format::Kind::Recv && r.b == 4 && r.c == 0)
+                .count(),
+            75,
+            "rank {}",
+            t.rank
+        );
         // collectives by name: the barrier before the loop and 24 in it, one
         // reduction at the end
         let calls = |op| {

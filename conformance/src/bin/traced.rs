@@ -2,7 +2,8 @@
 //! (`tests/trace.rs`), run under `RSMPI_TRACE`. Every iteration shifts a value around
 //! the ring with `sendrecv`; every 8th also sends a 64 KiB message (rendezvous
 //! above the eager limit) to the right and receives one from any source with
-//! `immediate_receive` and `wait_all`, and probes; every `EVERY` iterations the ranks
+//! `immediate_receive` and `wait_all`, probes, and receives three values into every
+//! other slot of a strided view; every `EVERY` iterations the ranks
 //! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
 //! point-to-point-only program). `big` leaves out the large messages and probes
 //! (the memory test wants many small events). `spin=US` computes for `US`
@@ -20,8 +21,10 @@
 //! own traffic runs. Every payload is checked.
 #![forbid(unsafe_code)]
 
+use rsmpi::datatype::UserDatatype;
 use rsmpi::request;
 use rsmpi::traits::*;
+use rsmpi::MutView;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -81,6 +84,13 @@ fn main() {
             assert_eq!(st.tag(), 3);
             let (v, _): (u64, _) = left.receive_with_tag(3);
             assert_eq!(v, i);
+            // a blocking receive into a strided view (every other slot): received
+            // into the library's buffer and unpacked, not into the user's bytes
+            right.send_with_tag(&[i as f64; 3][..], 4);
+            let mut dst = [-1.0f64; 6];
+            let every_other = UserDatatype::vector(3, 1, 2, &f64::equivalent_datatype());
+            left.receive_into_with_tag(&mut MutView::new(&mut dst[..], 1, &every_other), 4);
+            assert_eq!(dst, [i as f64, -1.0, i as f64, -1.0, i as f64, -1.0]);
         }
         if (i + 1) % every == 0 {
             if sync {
