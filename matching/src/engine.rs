@@ -1345,6 +1345,31 @@ impl Engine {
     /// so that only [`Engine::mrecv`] can receive it.
     pub fn mprobe(&mut self, source: Source, tag: TagSel, ctx: Ctx) -> Option<(MsgId, Envelope)> {
         let seq = self.unexpected.find(ctx, source, tag)?;
+        self.probe_take(seq)
+    }
+
+    /// [`Engine::mprobe`] among the unexpected messages that arrived since `*from`
+    /// (a number of arrival); `*from` is moved past what was looked at, so that the
+    /// next look starts there. A message that arrived before it is not found: for a
+    /// context whose messages only such looks take (the race checker's notes), a
+    /// look walks each message of the queue once, not at every look.
+    pub fn mprobe_from(
+        &mut self,
+        source: Source,
+        tag: TagSel,
+        ctx: Ctx,
+        from: &mut u64,
+    ) -> Option<(MsgId, Envelope)> {
+        let Some(seq) = self.unexpected.find_from(ctx, source, tag, *from) else {
+            *from = self.unexpected.next_number();
+            return None;
+        };
+        *from = seq + 1;
+        self.probe_take(seq)
+    }
+
+    /// Takes unexpected message `seq` out of the queue for [`Engine::mrecv`].
+    fn probe_take(&mut self, seq: u64) -> Option<(MsgId, Envelope)> {
         let e = self.unexpected.take(seq)?;
         let env = Envelope {
             source: e.src,

@@ -679,6 +679,36 @@ impl<K: Numbered, V> Window<K, V> {
     }
 }
 
+impl<K: Numbered, V> Window<K, V> {
+    /// [`Window::find`] among the entries numbered `from` or more: a search that
+    /// resumes where an earlier one that found nothing stopped.
+    pub fn find_from(&self, from: u64, mut pred: impl FnMut(&V) -> bool) -> Option<(&K, &V)> {
+        if from < self.base && !self.behind.is_empty() {
+            if let Some((k, v)) = self
+                .behind
+                .range(from..)
+                .map(|(_, e)| e)
+                .find(|(_, v)| pred(v))
+            {
+                return Some((k, v));
+            }
+        }
+        let start = from.saturating_sub(self.base).min(self.len as u64) as usize;
+        if start == 0 && self.len > 0 {
+            if let Some((k, v)) = &self.ring[self.head] {
+                if pred(v) {
+                    return Some((k, v));
+                }
+            }
+        }
+        // (the slots of the gap are empty)
+        (start.max(1 + self.gap)..self.len)
+            .filter_map(|i| self.ring[self.at(i)].as_ref())
+            .find(|(_, v)| pred(v))
+            .map(|(k, v)| (k, v))
+    }
+}
+
 impl<K: Numbered, V> std::ops::Index<&K> for Window<K, V> {
     type Output = V;
     fn index(&self, k: &K) -> &V {
@@ -1138,6 +1168,12 @@ mod tests {
         assert_eq!(w.remove(&32), Some(64));
         assert_eq!(w.gap(), 33);
         assert_eq!(w.find(|v| v % 2 == 0), Some((&34, &68)));
+        // from a number on: inside the run, before it, past the window
+        assert_eq!(w.find_from(20, |v| v % 2 == 0), Some((&34, &68)));
+        assert_eq!(w.find_from(0, |_| true), Some((&0, &1)));
+        assert_eq!(w.find_from(1, |_| true), Some((&34, &68)));
+        assert_eq!(w.find_from(36, |_| true), Some((&36, &72)));
+        assert_eq!(w.find_from(41, |_| true), None);
         // a key put back into the run ends it
         w.insert(5, 11);
         assert!(w.gap_holds());
@@ -1226,6 +1262,22 @@ mod tests {
                     .find(|(_, v)| *v % 7 == m)
                     .map(|(k, v)| (*k, *v)),
                 "step {step}"
+            );
+            // and among the entries from a number on: below the window, in it (in
+            // the run of empty slots, or past it), past its end
+            let from = match (r >> 3) % 4 {
+                0 => (r >> 6) % 1200,
+                1 => next.saturating_sub((r >> 6) % 300),
+                2 => w.iter().next().map_or(0, |(k, _)| *k + (r >> 6) % 4),
+                _ => next + 1,
+            };
+            assert_eq!(
+                w.find_from(from, |v| v % 7 == m).map(|(k, v)| (*k, *v)),
+                model
+                    .range(from..)
+                    .find(|(_, v)| *v % 7 == m)
+                    .map(|(k, v)| (*k, *v)),
+                "step {step}, from {from}"
             );
         }
         assert_eq!(

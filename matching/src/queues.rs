@@ -373,6 +373,21 @@ impl Unexpected {
             .find(|e| e.ctx == ctx && src.matches(e.src) && tag.matches(e.tag))
     }
 
+    /// [`Unexpected::find`] among the messages numbered `from` or more (by arrival,
+    /// [`Unexpected::next_number`]), by a scan: a look that resumes where an earlier
+    /// one found nothing, for messages of a context that arrive now and then among
+    /// many of others (the race checker's notes).
+    pub fn find_from(&self, ctx: Ctx, src: Source, tag: TagSel, from: u64) -> Option<u64> {
+        self.order.find_from(from, |e| {
+            e.ctx == ctx && src.matches(e.src) && tag.matches(e.tag)
+        })
+    }
+
+    /// The number the next message to arrive will have.
+    pub fn next_number(&self) -> u64 {
+        self.order.next
+    }
+
     /// Every message's number under its (context, source, tag), in arrival order.
     #[cold]
     #[inline(never)]
@@ -476,6 +491,11 @@ impl Arrivals {
     /// Every entry, oldest first.
     fn iter(&self) -> impl Iterator<Item = (u64, &UEntry)> {
         self.entries.iter().map(|(s, e)| (*s, e))
+    }
+
+    /// The oldest entry numbered `from` or more that `pred` holds for.
+    fn find_from(&self, from: u64, pred: impl FnMut(&UEntry) -> bool) -> Option<u64> {
+        self.entries.find_from(from, pred).map(|(s, _)| *s)
     }
 }
 

@@ -368,6 +368,10 @@ pub(crate) fn blocking_send<U: tools::Caller, B: Buffer + ?Sized>(
 /// reference, the user's function kept the copy that `Destination::send_with_tag`
 /// makes of it (`rsmpi_destination`) in memory for this call alone, which cost the
 /// unwatched copy 5–6 instructions a send (`docs/tools.md`, "Cost").
+///
+/// It only chooses: each of its two ways is a function of its own, each called
+/// last, so that this one needs no frame (with the traced way in its frame, a
+/// checked send paid ~20 instructions for it).
 #[track_caller]
 #[cold]
 #[inline(never)]
@@ -379,20 +383,21 @@ fn blocking_send_tooled<B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     if tools::checking() {
-        return blocking_send_checked(&comm, rank, buf, tag, mode);
+        return blocking_send_checked(comm, rank, buf, tag, mode);
     }
-    blocking_send_traced(&comm, rank, buf, tag, mode)
+    blocking_send_traced(comm, rank, buf, tag, mode)
 }
 
 /// [`blocking_send`] with the tracer alone on: [`send_now_or_wait`] between the
-/// call's enter and its one record, all in [`blocking_send_tooled`]'s frame. The
-/// library state's visit is a closure of its own, so that its thread-local access
-/// has this one caller and is inlined (through [`blocking_send_watched`]'s closures,
-/// shared with the checks' sends, a traced send took ~100 instructions more).
+/// call's enter and its one record, all in one frame. The library state's visit is
+/// a closure of its own, so that its thread-local access has this one caller and is
+/// inlined (through [`blocking_send_watched`]'s closures, shared with the checks'
+/// sends, a traced send took ~100 instructions more).
 #[track_caller]
-#[inline(always)]
+#[cold]
+#[inline(never)]
 fn blocking_send_traced<B: Buffer + ?Sized>(
-    comm: &SimpleCommunicator,
+    comm: SimpleCommunicator,
     rank: Rank,
     buf: &B,
     tag: Tag,
@@ -401,10 +406,10 @@ fn blocking_send_traced<B: Buffer + ?Sized>(
     let op = send_op(mode, false);
     let t0 = crate::trace::enter(op);
     let bytes = buf.rsmpi_send();
-    let sent = progress::try_with(|s| begin_send::<tools::On>(s, comm, rank, tag, mode, &bytes));
+    let sent = progress::try_with(|s| begin_send::<tools::On>(s, &comm, rank, tag, mode, &bytes));
     let r = match sent {
         Ok(Ok(None)) => Ok(()), // sent and complete, or PROC_NULL
-        Ok(Ok(Some(dest))) => send_waited::<tools::On>(comm, dest, tag, mode, bytes),
+        Ok(Ok(Some(dest))) => send_waited::<tools::On>(&comm, dest, tag, mode, bytes),
         Ok(Err(e)) | Err(e) => Err(e),
     };
     crate::trace::leave(op, t0);
@@ -440,12 +445,13 @@ fn blocking_send_watched<B: Buffer + ?Sized>(
 #[cold]
 #[inline(never)]
 fn blocking_send_checked<B: Buffer + ?Sized>(
-    comm: &SimpleCommunicator,
+    comm: SimpleCommunicator,
     rank: Rank,
     buf: &B,
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
+    let comm = &comm;
     if tools::sync_sends_possible() {
         return blocking_send_watched(comm, rank, buf, tag, mode);
     }
@@ -453,42 +459,78 @@ fn blocking_send_checked<B: Buffer + ?Sized>(
     let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
     let bytes = buf.rsmpi_send();
     let mut left = tools::Left::default();
+    // what is rare (a note that leaves more to do, an error) is put aside here, so
+    // that the visit returns a word (its result moved out of the closure whole was
+    // ~20 instructions a send)
+    let mut aside = None;
     let first = progress::try_with(|s| {
         // the rank and tag checked once, for the note and the send (`begin_send`'s
         // checks, in its order)
         let checked = comm
             .check_rank_in(s, rank)
             .and_then(|d| check_tag(tag).map(|_| d));
-        let dest = |_: &progress::State| checked.as_ref().ok().copied().flatten();
-        let noted = crate::check::enter_send_in(s, op, site, comm.ctx, tag, dest, ty.as_ref());
+        let dest = checked.as_ref().ok().copied().flatten();
+        let (noted, entered) =
+            crate::check::note_send_in(s, op, site, comm.ctx, tag, dest, ty.as_ref());
         if let Some(n) = noted.filter(|n| n.unfinished()) {
-            return Err(n);
+            aside = Some(Aside::Noted(n));
+            return Began::Aside;
         }
         let sent = match checked {
             Ok(Some(dest)) => send_at_once::<tools::On>(s, comm, dest, tag, mode, &bytes),
             other => other, // PROC_NULL, or the check's error
         };
-        if let (false, Some(t)) = (matches!(sent, Ok(Some(_))), s.tools_mut()) {
-            left = t.leave(op);
+        if let Some(t) = s.tools_mut() {
+            match (matches!(sent, Ok(Some(_))), entered) {
+                // still to be waited for, and left after the wait: entered now
+                (true, false) => t.enter(op, site),
+                (true, true) => {}
+                (false, true) => left = t.leave(op),
+                (false, false) => left = t.ended_unentered(op),
+            }
         }
-        Ok(sent)
+        match sent {
+            Ok(None) => Began::Done,
+            Ok(Some(dest)) => Began::Wait(dest),
+            Err(e) => {
+                aside = Some(Aside::Failed(e));
+                Began::Aside
+            }
+        }
     })?;
     left.run();
-    let sent = match first {
-        Ok(sent) => sent?,
-        Err(noted) => {
-            noted.finish(ty.as_ref());
-            let r = send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode);
-            tools::leave(op);
-            return r;
-        }
-    };
-    let r = match sent {
-        None => return Ok(()), // sent and complete, or PROC_NULL
-        Some(dest) => send_waited::<tools::On>(comm, dest, tag, mode, bytes),
+    let r = match first {
+        Began::Done => return Ok(()), // sent and complete, or PROC_NULL
+        Began::Wait(dest) => send_waited::<tools::On>(comm, dest, tag, mode, bytes),
+        Began::Aside => match aside.expect("put aside") {
+            Aside::Failed(e) => return Err(e),
+            Aside::Noted(noted) => {
+                noted.finish(ty.as_ref());
+                let r = send_now_or_wait::<tools::On, _>(comm, rank, buf, tag, mode);
+                tools::leave(op);
+                return r;
+            }
+        },
     };
     tools::leave(op);
     r
+}
+
+/// How [`blocking_send_checked`]'s visit to the library state ended.
+enum Began {
+    /// The message left, and the call ended (or it was to `PROC_NULL`).
+    Done,
+    /// The send to this world rank is still to be waited for.
+    Wait(u32),
+    /// What is rare, put aside.
+    Aside,
+}
+
+/// What [`Began::Aside`] put aside.
+enum Aside {
+    /// A note that leaves more to do before the send starts.
+    Noted(crate::check::Noted),
+    Failed(crate::Error),
 }
 
 /// A send's first visit to the library state, `s`, one for all of this: the rank and
@@ -1114,7 +1156,7 @@ fn improbe_once(
     };
     let found = progress::with(|s| {
         s.progress();
-        take_arrived(s, ctx, src, tag)
+        take_arrived(s, ctx, src, tag, None)
     });
     if let (Some((_, st, world)), true) = (&found, tools::checking()) {
         crate::check::probed(ctx, src, tag, *world, st.tag);
@@ -1129,12 +1171,17 @@ fn improbe_once(
 /// bytes are replaced and its room reused; with them comes the sender's rank in
 /// `comm`. With `wait`, the message is waited for (a blocking probe) if it has not
 /// arrived. `Err` gives `buf` back when no message is taken.
+///
+/// With `from` (and not `wait`), only a message that arrived since that arrival
+/// number is taken, and `from` moves past what was looked at
+/// ([`matching::Engine::mprobe_from`]).
 pub(crate) fn arrived_into(
     comm: &SimpleCommunicator,
     src: Option<Rank>,
     tag: Tag,
     mut buf: Vec<u8>,
     wait: bool,
+    from: Option<&mut u64>,
 ) -> std::result::Result<(Vec<u8>, Rank), Vec<u8>> {
     let taken = if wait {
         let _t = tools::call(Op::Recv);
@@ -1143,7 +1190,7 @@ pub(crate) fn arrived_into(
         let ctx = comm.ctx;
         match (source(comm, src), tagsel(Some(tag))) {
             (Ok(Some(src)), Ok(tag)) => {
-                progress::with(|s| take_arrived(s, ctx, src, tag)).map(|(m, st, _)| (m, st))
+                progress::with(|s| take_arrived(s, ctx, src, tag, from)).map(|(m, st, _)| (m, st))
             }
             _ => None,
         }
@@ -1160,16 +1207,21 @@ pub(crate) fn arrived_into(
     }
 }
 
-/// Takes a message matching (`src`, `tag`) on context `ctx` that has already arrived,
-/// so that only the returned [`Message`] can receive it: its status, and its source
-/// as a world rank.
+/// Takes a message matching (`src`, `tag`) on context `ctx` that has already arrived
+/// (with `from`, since that arrival number, [`matching::Engine::mprobe_from`]), so
+/// that only the returned [`Message`] can receive it: its status, and its source as
+/// a world rank.
 fn take_arrived(
     s: &mut progress::State,
     ctx: u32,
     src: matching::Source,
     tag: TagSel,
+    from: Option<&mut u64>,
 ) -> Option<(Message, Status, u32)> {
-    let (id, env) = s.engine.mprobe(src, tag, ctx)?;
+    let (id, env) = match from {
+        None => s.engine.mprobe(src, tag, ctx)?,
+        Some(from) => s.engine.mprobe_from(src, tag, ctx, from)?,
+    };
     if let Some(t) = s.tools_mut() {
         // the probe is the message's match: numbered on its channel now
         t.probe_matched(id, env.source, ctx, env.tag);

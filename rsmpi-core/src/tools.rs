@@ -95,6 +95,34 @@ impl Tools {
         }
     }
 
+    /// Whether the notes (the race and type checks) are the only tool on, outside
+    /// any other call and any tool's own traffic: a call is then recorded by what
+    /// the notes keep of it alone ([`crate::check::note_send_in`]).
+    #[inline(always)]
+    pub fn notes_alone(&self) -> bool {
+        self.trace.is_none()
+            && self.deadlock.is_none()
+            && self.errors.is_none()
+            && !self.busy
+            && self.depth == 0
+    }
+
+    /// The MPI call `op`, never entered ([`crate::check::note_send_in`]), ends:
+    /// what [`Tools::leave`] would leave to do.
+    #[inline(always)]
+    pub(crate) fn ended_unentered(&mut self, op: Op) -> Left {
+        match &mut self.notes {
+            Some(n) => {
+                n.call_ended();
+                Left {
+                    flush: !op.is_send() && n.holds_notes(),
+                    settle: n.settle_due(),
+                }
+            }
+            None => Left::default(),
+        }
+    }
+
     /// The MPI call `op` ends ([`leave`], in a visit to the library state of the
     /// caller's): what it leaves to do once out of the state.
     #[inline(always)]
@@ -415,6 +443,20 @@ impl Channels {
     }
 
     /// [`Self::next`] for a channel that is not its peer's last one.
+    /// Counts `k` more messages on channel `c` at once (as `k` calls of
+    /// [`Self::next`]).
+    pub(crate) fn advance(&mut self, c: Channel, k: u64) {
+        if k == 0 {
+            return;
+        }
+        self.next(c);
+        // (`next` leaves the channel in its peer's slot)
+        let i = self.slot(c);
+        if let Some((_, n)) = &mut self.slots[i] {
+            *n += k - 1;
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn next_in_table(&mut self, c: Channel) -> u64 {

@@ -306,11 +306,14 @@ struct Inbox {
     cur_clock: Vec<u64>,
     /// Whether `cur_clock` has been handed out ([`Inbox::take`]).
     cur_given: bool,
+    /// The receiver's own value in `cur_clock`, kept by its checks once it is
+    /// handed out ([`Notes::run_events_in`]).
+    cur_known: u64,
     /// Notes passed over by messages taken ahead of theirs, with their clocks (a
     /// message taken out of its sender's order is rare: a short list).
     passed: Vec<(Kept, Clock)>,
     /// The vector of the last batch read to its end, for the next batch to be
-    /// received into ([`batch_from`]).
+    /// received into ([`take_arrived_batches`]).
     spent: Option<Vec<u8>>,
 }
 
@@ -326,18 +329,21 @@ impl Inbox {
         }
     }
 
-    /// The note of message `seq` on channel (`ctx`, `tag`) if it is the note being
-    /// read and its clock was given with an earlier message (as [`Inbox::take`]
-    /// would, saying `false`); `None` otherwise.
+    /// The send's file number and line from the note of message `seq` on channel
+    /// (`ctx`, `tag`), if it is the note being read and its clock was given with an
+    /// earlier message (as [`Inbox::take`] would take it, saying `false`; such a
+    /// note has no type signature); `None` otherwise.
     #[inline(always)]
-    fn take_next(&mut self, ctx: u32, tag: i32, seq: u64) -> Option<Kept> {
-        let k = self.cur.as_mut()?;
-        let last = k.seq + u64::from(k.count) - 1;
-        if !(self.cur_given && k.ctx == ctx && k.tag == tag && (k.seq..=last).contains(&seq)) {
+    fn take_next(&mut self, ctx: u32, tag: i32, seq: u64) -> Option<(u32, u32)> {
+        let k = self.cur.as_ref()?;
+        let ahead = seq.wrapping_sub(k.seq);
+        if !(self.cur_given && k.ctx == ctx && k.tag == tag && ahead < u64::from(k.count)) {
             return None;
         }
-        let (out, done) = k.message(seq);
-        if done {
+        // (a note with a type signature covers one message: given, it is gone)
+        debug_assert!(k.ty.is_none(), "a typed note covers one message");
+        let out = (k.file, k.line);
+        if ahead + 1 == u64::from(k.count) {
             self.cur = None;
         }
         Some(out)
@@ -597,6 +603,10 @@ impl Watched {
 /// signatures (`errors`: the send's type signature, `errors.rs`). In the library
 /// state while either is on.
 pub(crate) struct Notes {
+    /// The arrival number from which the next look for arrived batches starts
+    /// ([`take_arrived_batches`]): the unexpected messages that arrived before it
+    /// hold no batch that a look has not taken.
+    looked: u64,
     /// Which checks are on.
     races: bool,
     types: bool,
@@ -665,8 +675,8 @@ impl Held {
     /// The notes, to be sent; what is held starts again in a spare vector (from
     /// `spare`, the vectors of batches sent before).
     fn take_bytes(&mut self, spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
+        debug_assert!(self.open.is_none(), "the last note is closed first");
         self.count = 0;
-        self.open = None;
         std::mem::replace(&mut self.bytes, spare.pop().unwrap_or_default())
     }
 }
@@ -689,7 +699,11 @@ const SPENT_BYTES: usize = 4 << 10;
 struct Open {
     ctx: u32,
     tag: i32,
-    /// The number the next message on the channel would have.
+    /// The number of the note's first message on the channel, and the number the
+    /// next would have. The messages the note covers past its first are counted
+    /// here alone, in neither the note's bytes nor [`Notes::sent`], until the note
+    /// is closed ([`Notes::close_open`]).
+    first: u64,
     seq: u64,
     /// The send's call and source line (the same line, when the same location).
     site: Site,
@@ -821,39 +835,47 @@ pub(crate) fn init(world: &SimpleCommunicator, set: Settings) -> crate::Result<(
 fn notes_init(world: &SimpleCommunicator, set: Settings) {
     let tool = world.duplicate();
     let (me, size) = (world.rank() as u32, world.size() as usize);
-    let r = Notes {
-        races: set.races,
-        types: set.errors,
-        me,
-        clock: vec![0; size],
-        tool,
-        sent: Channels::new(size),
-        received: Channels::new(size),
-        early: tools::Early::default(),
-        posted: OneMap::default(),
-        slab: Slab::default(),
-        events: Events::default(),
-        settle_at: SETTLE_AT,
-        inbox: (0..size).map(|_| Inbox::default()).collect(),
-        batch_spare: None,
-        scratch: Vec::new(),
-        watched: Watching::new(size),
-        printed: 0,
-        max_reports: std::env::var("RSMPI_CHECK_REPORTS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(100),
-        known_by: vec![0; size],
-        found: 0,
-        next_type: None,
-        pending: vec![Held::default(); size],
-        held: 0,
-        spare: Vec::new(),
-        outgoing: Vec::new(),
-        files_sent: vec![FilesSent::default(); size],
-        files_got: vec![Vec::new(); size],
-    };
+    let r = Notes::new(me, size, tool, set);
     tools::with(|t| t.notes = Some(r));
+}
+
+impl Notes {
+    /// The notes of world rank `me` of `size`, whose own traffic goes on `tool`.
+    fn new(me: u32, size: usize, tool: SimpleCommunicator, set: Settings) -> Notes {
+        Notes {
+            races: set.races,
+            types: set.errors,
+            me,
+            clock: vec![0; size],
+            tool,
+            sent: Channels::new(size),
+            received: Channels::new(size),
+            early: tools::Early::default(),
+            posted: OneMap::default(),
+            slab: Slab::default(),
+            events: Events::default(),
+            settle_at: SETTLE_AT,
+            inbox: (0..size).map(|_| Inbox::default()).collect(),
+            batch_spare: None,
+            scratch: Vec::new(),
+            watched: Watching::new(size),
+            printed: 0,
+            max_reports: std::env::var("RSMPI_CHECK_REPORTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100),
+            known_by: vec![0; size],
+            found: 0,
+            next_type: None,
+            pending: vec![Held::default(); size],
+            held: 0,
+            spare: Vec::new(),
+            outgoing: Vec::new(),
+            files_sent: vec![FilesSent::default(); size],
+            files_got: vec![Vec::new(); size],
+            looked: 0,
+        }
+    }
 }
 
 /// At finalize: the error checks' last reports; says how many races this rank found.
@@ -903,7 +925,9 @@ impl Notes {
 
     /// An MPI call ended: a type signature no receive took is dropped.
     pub fn call_ended(&mut self) {
-        self.next_type = None;
+        if self.types {
+            self.next_type = None;
+        }
     }
 
     /// Whether notes are held back for any rank.
@@ -966,7 +990,13 @@ impl Notes {
             return;
         }
         let seq = self.received.next_received((from, ctx, took));
-        match self.next_type.take() {
+        // (only the type check gives a receive a type signature)
+        let ty = if self.types {
+            self.next_type.take()
+        } else {
+            None
+        };
+        match ty {
             // (no slab: the record is the event's)
             None => self.events.push(Event::Done {
                 rec: Brief {
@@ -1063,7 +1093,6 @@ impl Notes {
     /// does, keeps its clock, and one note covers its consecutive messages.
     #[inline(always)]
     fn add_note(&mut self, ctx: u32, dest: u32, tag: i32, call: Call, ty: Option<&TypeSig>) -> u32 {
-        let seq = self.sent.next((dest, ctx, tag));
         let own = self.clock.get(self.me as usize).copied().unwrap_or(0);
         let ty = ty.filter(|_| self.types);
         let held = &mut self.pending[dest as usize];
@@ -1074,19 +1103,30 @@ impl Notes {
                 (Some(a), Some(b)) => std::ptr::eq(a, b),
                 (a, b) => a.is_none() && b.is_none(),
             };
-            if ty.is_none()
-                && same_site
-                && (o.ctx, o.tag, o.seq, o.op, o.own) == (ctx, tag, seq, call.op, own)
+            // (on the note's channel, this message's number is the next: every
+            // message to `dest` is noted, and a message on another channel closes it)
+            if ty.is_none() && same_site && (o.ctx, o.tag, o.op, o.own) == (ctx, tag, call.op, own)
             {
                 // the same note again: one more message counted in it
-                let c = &mut held.bytes[o.at + COUNT_AT..o.at + COUNT_AT + 4];
-                let n = u32::from_le_bytes((&*c).try_into().expect("4")) + 1;
-                c.copy_from_slice(&n.to_le_bytes());
                 o.seq += 1;
                 return held.count;
             }
         }
-        self.add_new_note(ctx, dest, tag, seq, call, ty, own)
+        self.add_new_note(ctx, dest, tag, call, ty, own)
+    }
+
+    /// Closes the last note held for world rank `dest`, if open: the messages it
+    /// covers are written into it and counted on its channel.
+    fn close_open(&mut self, dest: u32) {
+        let held = &mut self.pending[dest as usize];
+        let Some(o) = held.open.take() else {
+            return;
+        };
+        let covers = o.seq - o.first;
+        let c = &mut held.bytes[o.at + COUNT_AT..o.at + COUNT_AT + 4];
+        c.copy_from_slice(&(covers as u32).to_le_bytes());
+        // its first message was counted when it was opened
+        self.sent.advance((dest, o.ctx, o.tag), covers - 1);
     }
 
     /// [`Notes::add_note`] for a message the last note does not cover: a note of
@@ -1098,11 +1138,12 @@ impl Notes {
         ctx: u32,
         dest: u32,
         tag: i32,
-        seq: u64,
         call: Call,
         ty: Option<&TypeSig>,
         own: u64,
     ) -> u32 {
+        self.close_open(dest);
+        let seq = self.sent.next((dest, ctx, tag));
         let (file, line) = call.site.map_or(("", 0), |l| (l.file(), l.line()));
         // a file named for the first time goes with its number; later notes only
         // give the number
@@ -1139,6 +1180,7 @@ impl Notes {
         held.open = ty.is_none().then_some(Open {
             ctx,
             tag,
+            first: seq,
             seq: seq + 1,
             site: call.site,
             op: call.op,
@@ -1212,7 +1254,7 @@ impl Notes {
     }
 
     #[inline(always)]
-    fn watch(&mut self, posted: Brief, took: Msg) {
+    fn watch(&mut self, posted: &Brief, took: Msg) {
         if posted.source == Src::Any {
             let clock = self.clock[self.me as usize];
             self.watched.push(
@@ -1377,6 +1419,20 @@ fn add_in(
         return Added::No;
     }
     let call = t.call;
+    add_as(t, call, ctx, dest, tag, ty, first)
+}
+
+/// [`add_in`] for a send made by `call`, with no tool's own traffic running.
+#[inline(always)]
+fn add_as(
+    t: &mut tools::Tools,
+    call: Call,
+    ctx: u32,
+    dest: u32,
+    tag: i32,
+    ty: Option<&TypeSig>,
+    first: bool,
+) -> Added {
     let Some(r) = t.notes.as_mut() else {
         return Added::No;
     };
@@ -1445,6 +1501,58 @@ pub(crate) fn enter_send_in(
     })
 }
 
+/// [`enter_send_in`] for a blocking send whose destination, `dest`, is checked:
+/// its note, and whether the call was entered. Where the notes are the only tool
+/// that watches the call ([`tools::Tools::notes_alone`]), the note carries the call
+/// itself, and the call is entered only if the note leaves more to do: a send that
+/// then leaves at once is neither entered nor left, and its caller ends it with
+/// [`tools::Tools::ended_unentered`] (an enter and a leave cost a checked send ~45
+/// instructions; `docs/tools.md`, race checker "Cost").
+#[inline(always)]
+pub(crate) fn note_send_in(
+    s: &mut crate::progress::State,
+    op: Op,
+    site: &'static Location<'static>,
+    ctx: u32,
+    tag: i32,
+    dest: Option<u32>,
+    ty: Option<&TypeSig>,
+) -> (Option<Noted>, bool) {
+    let dest = dest.filter(|_| ctx & INTERNAL == 0);
+    let Some(t) = s.tools.as_deref_mut() else {
+        return (None, false);
+    };
+    if !t.notes_alone() {
+        t.enter(op, site);
+        let noted = dest.map(|d| Noted {
+            ctx,
+            dest: d,
+            tag,
+            added: add_in(t, ctx, d, tag, ty, true),
+        });
+        return (noted, true);
+    }
+    let call = Call {
+        op: Some(op),
+        site: Some(site),
+    };
+    // (no closure: one was left out of line, with the note's addition in it)
+    let Some(d) = dest else {
+        return (None, false);
+    };
+    let n = Noted {
+        ctx,
+        dest: d,
+        tag,
+        added: add_as(t, call, ctx, d, tag, ty, true),
+    };
+    if n.unfinished() {
+        t.enter(op, site);
+        return (Some(n), true);
+    }
+    (Some(n), false)
+}
+
 /// A send's note added in a visit to the library state ([`enter_send_in`]), and
 /// what it led to.
 #[derive(Clone, Copy)]
@@ -1489,10 +1597,11 @@ fn after_add(mut added: Added, ctx: u32, dest: u32, tag: i32, ty: Option<&TypeSi
 #[inline(never)]
 fn send_held(dest: u32) {
     let Some(Some((tool, b))) = with_notes(|r| {
-        let h = &mut r.pending[dest as usize];
-        if h.count == 0 {
+        if r.pending[dest as usize].count == 0 {
             return None;
         }
+        r.close_open(dest);
+        let h = &mut r.pending[dest as usize];
         r.held -= h.count;
         Some((r.tool, h.take_bytes(&mut r.spare)))
     }) else {
@@ -1518,9 +1627,10 @@ pub(crate) fn idle() {
         }
         r.held = 0;
         let mut batches = std::mem::take(&mut r.outgoing);
-        for (d, h) in r.pending.iter_mut().enumerate() {
-            if h.count > 0 {
-                batches.push((d as u32, h.take_bytes(&mut r.spare)));
+        for d in 0..r.pending.len() {
+            if r.pending[d].count > 0 {
+                r.close_open(d as u32);
+                batches.push((d as u32, r.pending[d].take_bytes(&mut r.spare)));
             }
         }
         Some((r.tool, batches))
@@ -1619,35 +1729,26 @@ fn check_events_now(block: bool) {
     if settling {
         tools::own_traffic(|| take_arrived_batches(&tool));
     }
-    // whether a look could find a batch the last one did not: not until the library
-    // has made progress (a look walks the unexpected queue: ~60 instructions a
-    // message at 17 ranks of the paper's Table 2 for a second look that found nothing)
-    let mut unseen = !settling;
     tools::own_traffic(|| loop {
         // the receives whose notes are here, in one visit
         let next = with_notes(|r| r.run_events(&mut found, &mut mismatches, &mut owed));
-        let src = match next {
-            Some(Ok(Some(src))) => src,
+        match next {
+            Some(Ok(Some(_))) => {}
             Some(Err(Malformed)) => {
                 crate::progress::with(|s| s.fatal("RSMPI_CHECK", &"malformed checker note"))
             }
             _ => break,
-        };
-        // the next one's note has not been taken in yet: take what has arrived (if
-        // anything can have, `unseen`), and wait for it if it is owed and still not
-        // here
-        if std::mem::take(&mut unseen) && take_arrived_batches(&tool) > 0 {
+        }
+        // the next one's note has not been taken in yet: take what has arrived since
+        // the last look (a look walks only the messages that arrived since), and wait
+        // for it if it is owed and still not here
+        if take_arrived_batches(&tool) > 0 {
             continue;
         }
         if !(block && owed > 0) {
             break;
         }
-        let Some(b) = batch_from(&tool, src, true) else {
-            break;
-        };
-        with_notes(|r| r.take_batch(src, b));
-        // (waiting made progress)
-        unseen = true;
+        wait_for_batches(&tool);
     });
     for (posted, src, tag, note, at) in mismatches {
         errors::type_mismatch(&posted, src, tag, &note, at);
@@ -1675,19 +1776,26 @@ fn check_events_now(block: bool) {
     }
 }
 
-/// The next batch of notes from world rank `src` on `tool` (with `wait`, waited
-/// for), received into the vector of the last batch read from `src` if it is kept:
-/// a new vector for each batch cost an allocation and its free, ~240 instructions a
-/// batch where every message has a note of its own.
-fn batch_from(tool: &SimpleCommunicator, src: u32, wait: bool) -> Option<Vec<u8>> {
-    let buf = with_notes(|r| r.inbox[src as usize].spent.take())
-        .flatten()
-        .unwrap_or_default();
-    match crate::point_to_point::arrived_into(tool, Some(src as i32), 0, buf, wait) {
-        Ok((b, _)) => Some(b),
-        Err(buf) => {
-            with_notes(|r| r.inbox[src as usize].spent = Some(buf));
-            None
+/// Waits until a batch of notes arrives on `tool`, from any rank, and takes every
+/// batch that has into the inboxes ([`take_arrived_batches`]).
+///
+/// The batch owed is waited for by looking for any batch where the last look
+/// stopped, between progresses: a blocking probe for it walked the whole unexpected
+/// queue at each poll (at 17 ranks of the paper's Table 2, where the receiver waits
+/// for notes once thousands of its receives are unchecked and thousands of messages
+/// wait, ~240 instructions a message), and a probe for its one source, past 16
+/// unexpected messages (`matching`'s `INDEX_AT`), builds the engine's index of them
+/// by source, kept up at every arrival until the queue empties (~180 more).
+fn wait_for_batches(tool: &SimpleCommunicator) {
+    let mut backoff = crate::progress::Backoff::new();
+    loop {
+        if take_arrived_batches(tool) > 0 {
+            return;
+        }
+        if crate::progress::with(|s| s.progress()) {
+            backoff.busy();
+        } else {
+            backoff.idle();
         }
     }
 }
@@ -1697,15 +1805,20 @@ fn batch_from(tool: &SimpleCommunicator, src: u32, wait: bool) -> Option<Vec<u8>
 /// source rather than one for each rank: a look for one source past a few dozen
 /// unexpected messages builds the engine's index of them by source, which a queue of
 /// wildcard receives' messages then keeps up at every arrival for nothing
-/// (~20 instructions a message of the paper's Table 2). Each batch is received into
-/// the vector its sender's last batch was read from, as [`batch_from`] does.
+/// (~20 instructions a message of the paper's Table 2). Each look starts where the
+/// last one found nothing ([`Notes::looked`]): from the queue's front, a look walked
+/// every user message waiting, again at each look (at 17 ranks of Table 2, where
+/// thousands wait, ~100 instructions a message). Each batch is received into the
+/// vector its sender's last batch was read from, as it was read from.
 fn take_arrived_batches(tool: &SimpleCommunicator) -> usize {
-    let mut buf = with_notes(|r| r.batch_spare.take())
-        .flatten()
-        .unwrap_or_default();
+    let Some((mut buf, mut looked)) =
+        with_notes(|r| (r.batch_spare.take().unwrap_or_default(), r.looked))
+    else {
+        return 0;
+    };
     let mut taken = 0;
     loop {
-        match crate::point_to_point::arrived_into(tool, None, 0, buf, false) {
+        match crate::point_to_point::arrived_into(tool, None, 0, buf, false, Some(&mut looked)) {
             Ok((b, src)) => {
                 taken += 1;
                 buf = with_notes(|r| {
@@ -1716,7 +1829,10 @@ fn take_arrived_batches(tool: &SimpleCommunicator) -> usize {
                 .unwrap_or_default();
             }
             Err(b) => {
-                with_notes(|r| r.batch_spare = Some(b));
+                with_notes(|r| {
+                    r.batch_spare = Some(b);
+                    r.looked = looked;
+                });
                 return taken;
             }
         }
@@ -1779,6 +1895,28 @@ impl Notes {
         clock: &mut Vec<u64>,
     ) -> Result<Option<u32>, Malformed> {
         while let Some(ev) = events.get(*done) {
+            // the common case first: a receive recorded in its event, whose message
+            // the note being read covers, that note's clock merged with an earlier
+            // message already (in Table 2, every message but a note's first), read
+            // in place
+            if let Event::Done { rec, src, tag, seq } = ev {
+                let ib = &mut self.inbox[*src as usize];
+                if let Some((file, line)) = ib.take_next(rec.ctx, *tag, *seq) {
+                    *done += 1;
+                    if self.races {
+                        let known = ib.cur_known;
+                        let m = Msg {
+                            src: *src,
+                            tag: *tag,
+                            file,
+                            line,
+                        };
+                        self.check(rec.ctx, &m, known, None, found);
+                        self.watch(rec, m);
+                    }
+                    continue;
+                }
+            }
             // (the receive's record apart from its type signature, so that the
             // common one, written in its event, is read in place)
             let (rec, at, src, tag, seq) = match *ev {
@@ -1794,7 +1932,7 @@ impl Notes {
                         line: 0,
                     };
                     self.clock[me] += 1;
-                    self.watch(slab.get(at).brief(), m);
+                    self.watch(&slab.get(at).brief(), m);
                     slab.release(at);
                     *done += 1;
                     continue;
@@ -1805,11 +1943,25 @@ impl Notes {
             // (what the sender knew of this rank's clock, for a note whose clock was
             // merged with an earlier message)
             let taken = match ib.take_next(ctx, tag, seq) {
-                Some(k) => Some((k, false, ib.cur_clock.get(me).copied().unwrap_or(0))),
+                Some((file, line)) => Some((
+                    Kept {
+                        ctx,
+                        tag,
+                        seq,
+                        count: 1,
+                        file,
+                        line,
+                        op: None,
+                        ty: None,
+                    },
+                    false,
+                    ib.cur_known,
+                )),
                 None => {
                     let files = &mut self.files_got[src as usize];
                     let taken = ib.take(ctx, tag, seq, files, width, clock)?;
                     let known = ib.cur_clock.get(me).copied().unwrap_or(0);
+                    ib.cur_known = known;
                     taken.map(|(k, fresh)| (k, fresh, known))
                 }
             };
@@ -1840,7 +1992,7 @@ impl Notes {
                     // a note seen with an earlier message: its clock is merged already
                     self.check(ctx, &m, known_before, None, found);
                 }
-                self.watch(rec, m);
+                self.watch(&rec, m);
             }
             if let Some(at) = at {
                 slab.release(at);
@@ -2101,6 +2253,62 @@ mod tests {
         c.copy_from_slice(&n.to_le_bytes());
     }
 
+    /// A sender's run of messages with the same clock, call and channel is one
+    /// note, counted in its bytes and on its channel when another channel's message
+    /// or the batch's departure closes it; the next message on the channel starts a
+    /// note of its own with the next number.
+    #[test]
+    fn a_run_of_sends_is_one_note_counted_when_closed() {
+        let tool = SimpleCommunicator {
+            ctx: 2,
+            rank: 0,
+            size: 2,
+        };
+        let set = Settings {
+            races: true,
+            deadlock: false,
+            errors: false,
+        };
+        let mut n = Notes::new(0, 2, tool, set);
+        let call = Call {
+            op: Some(Op::Send),
+            site: Some(Location::caller()),
+        };
+        let runs: [(i32, u64); 4] = [(1, 3), (2, 2), (1, 2), (2, 1)];
+        // (the receiver's file names: a file is named once)
+        let mut files = Vec::new();
+        let mut read = |n: &mut Notes| {
+            n.close_open(1);
+            let mut ib = Inbox::default();
+            ib.push(n.pending[1].take_bytes(&mut Vec::new()));
+            let mut notes = Vec::new();
+            while let Some(k) = ib.next(&mut files, 2, &mut Vec::new()).unwrap() {
+                notes.push((k.tag, k.seq, k.count));
+            }
+            notes
+        };
+        for &(tag, k) in &runs[..3] {
+            for _ in 0..k {
+                n.add_note(0, 1, tag, call, None);
+            }
+        }
+        assert_eq!(read(&mut n), [(1, 0, 3), (2, 0, 2), (1, 3, 2)]);
+        // a batch sent in the middle of a run: the run goes on in a note of its own
+        n.add_note(0, 1, 1, call, None);
+        for _ in 0..runs[3].1 {
+            n.add_note(0, 1, 2, call, None);
+        }
+        assert_eq!(read(&mut n), [(1, 5, 1), (2, 2, 1)]);
+        assert_eq!(n.sent.count((1, 0, 1)), 6);
+        assert_eq!(n.sent.count((1, 0, 2)), 3);
+        // a clock that ticked (a receive in between) starts a new note
+        n.add_note(0, 1, 1, call, None);
+        n.clock[0] += 1;
+        n.add_note(0, 1, 1, call, None);
+        n.add_note(0, 1, 1, call, None);
+        assert_eq!(read(&mut n), [(1, 6, 1), (1, 7, 2)]);
+    }
+
     #[test]
     fn a_note_covers_the_messages_it_counts() {
         // tag 1's messages 0-2 under one note, then tag 2's 0-1, then tag 1's 3
@@ -2125,8 +2333,8 @@ mod tests {
         clock = vec![0, 0];
         // the next: the common case, or through `take`, alike
         assert!(ib.take_next(0, 2, 1).is_none());
-        let k = ib.take_next(0, 1, 1).unwrap();
-        assert_eq!((k.seq, k.line), (1, 0));
+        let (_, line) = ib.take_next(0, 1, 1).unwrap();
+        assert_eq!(line, 0);
         assert_eq!(get(&mut ib, 1, 2, &mut clock), Some((2, 0, false)));
         assert_eq!(clock, [0, 0]);
         assert_eq!(ib.cur_clock, [5, 6]);
