@@ -1787,16 +1787,17 @@ fn check_events_now(block: bool) {
 /// unexpected messages (`matching`'s `INDEX_AT`), builds the engine's index of them
 /// by source, kept up at every arrival until the queue empties (~180 more).
 fn wait_for_batches(tool: &SimpleCommunicator) {
+    // (every turn without a batch is idle, whatever else progress moved: counted as
+    // busy, a wait while the user's messages streamed in never gave its CPU away,
+    // and on a machine with fewer CPUs than ranks kept the sender it waited for off
+    // it: Table 2 at 3 ranks on 2 CPUs took 0.298 s instead of 0.274 s)
     let mut backoff = crate::progress::Backoff::new();
     loop {
+        crate::progress::with(|s| s.progress());
         if take_arrived_batches(tool) > 0 {
             return;
         }
-        if crate::progress::with(|s| s.progress()) {
-            backoff.busy();
-        } else {
-            backoff.idle();
-        }
+        backoff.idle();
     }
 }
 
