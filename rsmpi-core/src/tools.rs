@@ -442,7 +442,6 @@ impl Channels {
         }
     }
 
-    /// [`Self::next`] for a channel that is not its peer's last one.
     /// Counts `k` more messages on channel `c` at once (as `k` calls of
     /// [`Self::next`]).
     pub(crate) fn advance(&mut self, c: Channel, k: u64) {
@@ -457,6 +456,7 @@ impl Channels {
         }
     }
 
+    /// [`Self::next`] for a channel that is not its peer's last one.
     #[cold]
     #[inline(never)]
     fn next_in_table(&mut self, c: Channel) -> u64 {
