@@ -111,16 +111,10 @@ impl Tools {
     /// what [`Tools::leave`] would leave to do.
     #[inline(always)]
     pub(crate) fn ended_unentered(&mut self, op: Op) -> Left {
-        match &mut self.notes {
-            Some(n) => {
-                n.call_ended();
-                Left {
-                    flush: !op.is_send() && n.holds_notes(),
-                    settle: n.settle_due(),
-                }
-            }
-            None => Left::default(),
+        if let Some(n) = &mut self.notes {
+            n.call_ended();
         }
+        self.left(op)
     }
 
     /// The MPI call `op` ends ([`leave`], in a visit to the library state of the
@@ -137,11 +131,17 @@ impl Tools {
         if let Some(t) = &mut self.trace {
             t.push(Kind::Leave, op as u8, 0, 0, 0, 0, 0);
         }
+        self.left(op)
+    }
+
+    /// What the end of the MPI call `op` leaves to do once out of the library state.
+    /// Notes are held back only across consecutive sends: a call that may wait for a
+    /// peer (a receive, a wait, a test, a probe, a collective) lets them go first;
+    /// the receives completed so far are checked for races, in the order they
+    /// matched, once enough are waiting and the outermost call ends.
+    #[inline(always)]
+    fn left(&self, op: Op) -> Left {
         match &self.notes {
-            // notes are held back only across consecutive sends: a call that may wait
-            // for a peer (a receive, a wait, a test, a probe, a collective) lets them
-            // go first; the receives completed so far are checked for races, in the
-            // order they matched, once enough are waiting
             Some(n) => Left {
                 flush: !op.is_send() && n.holds_notes(),
                 settle: self.depth == 0 && n.settle_due(),

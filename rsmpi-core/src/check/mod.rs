@@ -1492,6 +1492,21 @@ pub(crate) fn enter_send_in(
 ) -> Option<Noted> {
     let dest = dest(s).filter(|_| ctx & INTERNAL == 0);
     let t = s.tools.as_deref_mut()?;
+    enter_send_with(t, op, site, ctx, tag, dest, ty)
+}
+
+/// [`enter_send_in`] with the tools in hand and the destination (of a user
+/// context) found.
+#[inline(always)]
+fn enter_send_with(
+    t: &mut tools::Tools,
+    op: Op,
+    site: &'static Location<'static>,
+    ctx: u32,
+    tag: i32,
+    dest: Option<u32>,
+    ty: Option<&TypeSig>,
+) -> Option<Noted> {
     t.enter(op, site);
     dest.map(|d| Noted {
         ctx,
@@ -1523,14 +1538,7 @@ pub(crate) fn note_send_in(
         return (None, false);
     };
     if !t.notes_alone() {
-        t.enter(op, site);
-        let noted = dest.map(|d| Noted {
-            ctx,
-            dest: d,
-            tag,
-            added: add_in(t, ctx, d, tag, ty, true),
-        });
-        return (noted, true);
+        return (enter_send_with(t, op, site, ctx, tag, dest, ty), true);
     }
     let call = Call {
         op: Some(op),
