@@ -218,11 +218,12 @@ fn start_recv_early<W: tools::Mode>(
             Ok(recv_posted::<W>(s, id, (ctx, source, tag), dst, exposed))
         }
         matching::Posting::Early(e) => {
-            let id = e.recv;
-            if let (true, Some(t)) = (W::ON, s.tools_mut()) {
-                t.posted_done(ctx, source, tag, &e.outcome);
-            }
+            let (id, outcome) = (e.recv, e.outcome);
             s.early_done(e, dst, exposed);
+            // (the tools see it after: the early message's fields are then let go)
+            if let (true, Some(t)) = (W::ON, s.tools_mut()) {
+                t.posted_done(ctx, source, tag, &outcome);
+            }
             s.run_outputs();
             Ok(Key::Recv(id))
         }

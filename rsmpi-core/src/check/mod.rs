@@ -1207,6 +1207,24 @@ impl Notes {
         report: &mut Vec<(Watched, Msg)>,
     ) {
         let me = self.me as usize;
+        self.check_unknown(ctx, m, known, report);
+        let Some(s) = merge else {
+            self.clock[me] += 1;
+            return;
+        };
+        for (c, x) in self.clock.iter_mut().zip(s) {
+            *c = (*c).max(*x);
+        }
+        self.clock[me] += 1;
+        if known > self.known_by[m.src as usize] {
+            self.learnt(m.src, known);
+        }
+    }
+
+    /// The race check proper of [`Notes::check`]: message `m` on `ctx`, whose sender
+    /// knew of this rank's clock up to `known`, against the watched receives.
+    #[inline(always)]
+    fn check_unknown(&mut self, ctx: u32, m: &Msg, known: u64, report: &mut Vec<(Watched, Msg)>) {
         let full = self.printed + report.len() as u64 >= self.max_reports;
         let (printed, max, found) = (self.printed, self.max_reports, &mut self.found);
         self.watched
@@ -1219,17 +1237,6 @@ impl Notes {
                     report_group(group, from, ctx, m, report, printed, max, found);
                 }
             });
-        let Some(s) = merge else {
-            self.clock[me] += 1;
-            return;
-        };
-        for (c, x) in self.clock.iter_mut().zip(s) {
-            *c = (*c).max(*x);
-        }
-        self.clock[me] += 1;
-        if known > self.known_by[m.src as usize] {
-            self.learnt(m.src, known);
-        }
     }
 
     /// World rank `src` has been seen to know this rank's clock up to `known`, more
@@ -1903,26 +1910,21 @@ impl Notes {
         me: usize,
         clock: &mut Vec<u64>,
     ) -> Result<Option<u32>, Malformed> {
-        while let Some(ev) = events.get(*done) {
-            // the common case first: a receive recorded in its event, whose message
-            // the note being read covers, that note's clock merged with an earlier
-            // message already (in Table 2, every message but a note's first), read
-            // in place
+        loop {
+            if self.races {
+                self.run_common(events, done, found);
+            }
+            let Some(ev) = events.get(*done) else {
+                break;
+            };
+            // (with the race check off, the common case here)
             if let Event::Done { rec, src, tag, seq } = ev {
-                let ib = &mut self.inbox[*src as usize];
-                if let Some((file, line)) = ib.take_next(rec.ctx, *tag, *seq) {
+                if !self.races
+                    && self.inbox[*src as usize]
+                        .take_next(rec.ctx, *tag, *seq)
+                        .is_some()
+                {
                     *done += 1;
-                    if self.races {
-                        let known = ib.cur_known;
-                        let m = Msg {
-                            src: *src,
-                            tag: *tag,
-                            file,
-                            line,
-                        };
-                        self.check(rec.ctx, &m, known, None, found);
-                        self.watch(rec, m);
-                    }
                     continue;
                 }
             }
@@ -2008,6 +2010,52 @@ impl Notes {
             }
         }
         Ok(None)
+    }
+
+    /// The common case of [`Notes::run_events_in`] with the race check on, checked
+    /// in a loop of its own from `done` on (counted up): receives recorded in their
+    /// events ([`Event::Done`]) whose messages the notes being read cover, each
+    /// note's clock merged with an earlier message already (in the paper's Table 2,
+    /// every message but a note's first). This rank's own clock value stays in a
+    /// register meanwhile, and the loop holds nothing else: with the general case
+    /// in the same loop, its values went to the stack and back at every message.
+    #[inline(always)]
+    fn run_common(&mut self, events: &[Event], done: &mut usize, found: &mut Vec<(Watched, Msg)>) {
+        let me = self.me as usize;
+        let mut own = self.clock[me];
+        let mut i = *done;
+        while let Some(Event::Done { rec, src, tag, seq }) = events.get(i) {
+            let Some(ib) = self.inbox.get_mut(*src as usize) else {
+                break;
+            };
+            let Some((file, line)) = ib.take_next(rec.ctx, *tag, *seq) else {
+                break;
+            };
+            let known = ib.cur_known;
+            let m = Msg {
+                src: *src,
+                tag: *tag,
+                file,
+                line,
+            };
+            self.check_unknown(rec.ctx, &m, known, found);
+            own += 1;
+            if rec.source == Src::Any {
+                self.watched.push(
+                    m.src as usize,
+                    Watched {
+                        ctx: rec.ctx,
+                        tag: rec.tag,
+                        call: rec.call,
+                        clock: own,
+                        took: m,
+                    },
+                );
+            }
+            i += 1;
+        }
+        self.clock[me] = own;
+        *done = i;
     }
 
     /// The type check of a message whose note gave its type signature `sent` (and
@@ -2316,6 +2364,67 @@ mod tests {
         n.add_note(0, 1, 1, call, None);
         n.add_note(0, 1, 1, call, None);
         assert_eq!(read(&mut n), [(1, 6, 1), (1, 7, 2)]);
+    }
+
+    /// Wildcard receives checked in the common case (a note's later messages, read
+    /// in place, [`Notes::run_common`]) are watched and checked as a note's first:
+    /// rank 0 takes rank 1's three messages (one note), rank 2's two (one note),
+    /// and rank 1's fourth; neither sender heard from rank 0, so each message from
+    /// one races with every receive before it that took the other's.
+    #[test]
+    fn receives_of_a_notes_later_messages_are_watched_and_checked() {
+        let tool = SimpleCommunicator {
+            ctx: 2,
+            rank: 0,
+            size: 3,
+        };
+        let set = Settings {
+            races: true,
+            deadlock: false,
+            errors: false,
+        };
+        let call = |op| Call {
+            op: Some(op),
+            site: Some(Location::caller()),
+        };
+        let batch_of = |me: u32, tag: i32, k: usize| {
+            let mut s = Notes::new(me, 3, tool, set);
+            for _ in 0..k {
+                s.add_note(0, 0, tag, call(Op::Send), None);
+            }
+            s.close_open(0);
+            s.pending[0].take_bytes(&mut Vec::new())
+        };
+        for (source, want) in [(Src::Any, 5), (Src::Rank(1), 0)] {
+            let mut r = Notes::new(0, 3, tool, set);
+            r.take_batch(1, batch_of(1, 5, 4));
+            r.take_batch(2, batch_of(2, 6, 2));
+            for from in [1, 1, 1, 2, 2, 1] {
+                let tag = if from == 1 { 5 } else { 6 };
+                let outcome = RecvOutcome::Received {
+                    source: from,
+                    tag,
+                    len: 0,
+                    truncated_from: None,
+                };
+                r.posted_done(0, source, TagSel::Any, call(Op::Recv), &outcome);
+            }
+            let (mut found, mut mismatches, mut owed) = (Vec::new(), Vec::new(), 0);
+            assert_eq!(
+                r.run_events(&mut found, &mut mismatches, &mut owed)
+                    .unwrap(),
+                None
+            );
+            assert_eq!(r.clock[0], 6, "each receive ticks the clock once");
+            // (the sender of the message each receive took, its clock; the racing
+            // message's sender)
+            let got: Vec<(u32, u64, u32)> = found
+                .iter()
+                .map(|(w, m)| (w.took.src, w.clock, m.src))
+                .collect();
+            let all = [(1, 1, 2), (1, 2, 2), (1, 3, 2), (2, 4, 1), (2, 5, 1)];
+            assert_eq!(got, all[..want], "{source:?}");
+        }
     }
 
     #[test]
