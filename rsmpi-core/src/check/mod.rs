@@ -2310,23 +2310,28 @@ mod tests {
         c.copy_from_slice(&n.to_le_bytes());
     }
 
-    /// A sender's run of messages with the same clock, call and channel is one
-    /// note, counted in its bytes and on its channel when another channel's message
-    /// or the batch's departure closes it; the next message on the channel starts a
-    /// note of its own with the next number.
-    #[test]
-    fn a_run_of_sends_is_one_note_counted_when_closed() {
+    /// The notes of world rank `me` of `size`, with the race check alone on.
+    fn races_only(me: u32, size: u32) -> Notes {
         let tool = SimpleCommunicator {
             ctx: 2,
-            rank: 0,
-            size: 2,
+            rank: me as i32,
+            size: size as i32,
         };
         let set = Settings {
             races: true,
             deadlock: false,
             errors: false,
         };
-        let mut n = Notes::new(0, 2, tool, set);
+        Notes::new(me, size as usize, tool, set)
+    }
+
+    /// A sender's run of messages with the same clock, call and channel is one
+    /// note, counted in its bytes and on its channel when another channel's message
+    /// or the batch's departure closes it; the next message on the channel starts a
+    /// note of its own with the next number.
+    #[test]
+    fn a_run_of_sends_is_one_note_counted_when_closed() {
+        let mut n = races_only(0, 2);
         let call = Call {
             op: Some(Op::Send),
             site: Some(Location::caller()),
@@ -2373,22 +2378,12 @@ mod tests {
     /// one races with every receive before it that took the other's.
     #[test]
     fn receives_of_a_notes_later_messages_are_watched_and_checked() {
-        let tool = SimpleCommunicator {
-            ctx: 2,
-            rank: 0,
-            size: 3,
-        };
-        let set = Settings {
-            races: true,
-            deadlock: false,
-            errors: false,
-        };
         let call = |op| Call {
             op: Some(op),
             site: Some(Location::caller()),
         };
         let batch_of = |me: u32, tag: i32, k: usize| {
-            let mut s = Notes::new(me, 3, tool, set);
+            let mut s = races_only(me, 3);
             for _ in 0..k {
                 s.add_note(0, 0, tag, call(Op::Send), None);
             }
@@ -2396,7 +2391,7 @@ mod tests {
             s.pending[0].take_bytes(&mut Vec::new())
         };
         for (source, want) in [(Src::Any, 5), (Src::Rank(1), 0)] {
-            let mut r = Notes::new(0, 3, tool, set);
+            let mut r = races_only(0, 3);
             r.take_batch(1, batch_of(1, 5, 4));
             r.take_batch(2, batch_of(2, 6, 2));
             for from in [1, 1, 1, 2, 2, 1] {
