@@ -28,6 +28,10 @@ static CHECKING: AtomicBool = AtomicBool::new(false);
 /// Whether standard sends may run as synchronous ones (`RSMPI_CHECK_SYNC=1`), so
 /// that a send asks the tools only then ([`send_mode`]).
 static SYNC_SENDS: AtomicBool = AtomicBool::new(false);
+/// Whether the race check is the only tool on (`RSMPI_CHECK=races`, no tracer):
+/// a blocking receive then runs the copy without hooks and records itself
+/// ([`Noted`]).
+static RACES_ALONE: AtomicBool = AtomicBool::new(false);
 
 /// Standard sends run as synchronous ones from now on (the deadlock check's
 /// `RSMPI_CHECK_SYNC=1`, at initialisation).
@@ -221,6 +225,40 @@ impl Tools {
         if let Some(d) = &mut self.deadlock {
             d.posted(id, ctx, source, self.call);
         }
+    }
+
+    /// A blocking receive of the user's on `ctx` from `source` with `tag`, the MPI
+    /// call `op` made at `site` and never entered, took a message already here and
+    /// completed with `outcome` in its call's first visit ([`Noted`]): what
+    /// [`Tools::posted_done`] would have recorded (under the call it is part of, if
+    /// nested), and the call's end.
+    #[inline(always)]
+    pub(crate) fn received_in_call(
+        &mut self,
+        (op, site): (Op, &'static std::panic::Location<'static>),
+        ctx: u32,
+        source: Source,
+        tag: TagSel,
+        outcome: &RecvOutcome,
+    ) -> Left {
+        if self.busy {
+            if let Some(n) = &mut self.notes {
+                n.call_ended();
+            }
+            return Left::default();
+        }
+        let call = if self.depth == 0 {
+            crate::check::Call {
+                op: Some(op),
+                site: Some(site),
+            }
+        } else {
+            self.call
+        };
+        if let Some(n) = &mut self.notes {
+            n.posted_done(ctx, source, tag, call, outcome);
+        }
+        self.ended_unentered(op)
     }
 
     /// A receive was posted (as [`Tools::posted`]) and completed with `outcome` at
@@ -535,6 +573,9 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
         CHECKING.store(true, Ordering::Relaxed);
         crate::check::init(world, checks)?;
     }
+    if trace.is_none() && checks.races_alone() {
+        RACES_ALONE.store(true, Ordering::Relaxed);
+    }
     if let Some(t) = trace {
         crate::trace::init(world, t)?;
     }
@@ -548,6 +589,7 @@ pub(crate) fn finish() {
         crate::trace::finish();
         with(|t| t.deadlock = None);
         ON.store(false, Ordering::Relaxed);
+        RACES_ALONE.store(false, Ordering::Relaxed);
     }
 }
 
@@ -622,6 +664,9 @@ pub(crate) trait Mode {
     const CALL: bool = false;
     /// Whether the receive's `Recv` record is made by the call itself ([`Traced`]).
     const TRACED: bool = false;
+    /// Whether the receive is recorded for the race check by the call itself
+    /// ([`Noted`]).
+    const NOTED: bool = false;
 }
 
 /// The body's copy for a call the tools watch.
@@ -663,6 +708,22 @@ impl Mode for Traced {
     const TRACED: bool = true;
 }
 
+/// The copy of a blocking receive into the user's bytes with the race check alone
+/// on (`RSMPI_CHECK=races`): as [`Traced`] for the tracer, no hook runs while the
+/// receive is posted, and the call records the receive itself from its outcome
+/// ([`Tools::received_in_call`]), numbered on its channel then (the same argument
+/// holds). It is recorded in the order the receives matched: a receive that takes
+/// a message already here matched in its post, before the call's visit runs any
+/// progress. A receive that has to wait is entered and handed to the tools before
+/// the visit's progress, as [`Called`] would have it, and recorded by their hooks
+/// when it completes. (`docs/tools.md`, race checker "Cost", thirty-third round.)
+pub(crate) struct Noted;
+
+impl Mode for Noted {
+    const ON: bool = false;
+    const NOTED: bool = true;
+}
+
 /// Who makes a call on the per-message path: the user ([`User`]) or the library
 /// itself ([`Lib`]: the tools' own traffic, a new communicator's agreement). With no
 /// tool on, the user's calls run the copy without hooks ([`Off`]) and the library's
@@ -693,6 +754,12 @@ impl Caller for Lib {
 #[inline(always)]
 pub(crate) fn sync_sends_possible() -> bool {
     SYNC_SENDS.load(Ordering::Relaxed)
+}
+
+/// Whether the race check is the only tool on ([`Noted`]).
+#[inline(always)]
+pub(crate) fn races_alone() -> bool {
+    RACES_ALONE.load(Ordering::Relaxed)
 }
 
 /// Whether standard sends run as synchronous ones now (`RSMPI_CHECK_SYNC=1` with
