@@ -1285,8 +1285,14 @@ impl Notes {
 
     #[inline(always)]
     fn watch(&mut self, posted: &Brief, took: Msg) {
+        let clock = self.clock[self.me as usize];
+        self.watch_at(posted, took, clock);
+    }
+
+    /// [`Notes::watch`] with this rank's clock value after the receive, `clock`.
+    #[inline(always)]
+    fn watch_at(&mut self, posted: &Brief, took: Msg, clock: u64) {
         if posted.source == Src::Any {
-            let clock = self.clock[self.me as usize];
             self.watched.push(
                 took.src as usize,
                 Watched {
@@ -2067,18 +2073,7 @@ impl Notes {
             };
             self.check_unknown(rec.ctx, &m, known, found);
             own += 1;
-            if rec.source == Src::Any {
-                self.watched.push(
-                    m.src as usize,
-                    Watched {
-                        ctx: rec.ctx,
-                        tag: rec.tag,
-                        call: rec.call,
-                        clock: own,
-                        took: m,
-                    },
-                );
-            }
+            self.watch_at(rec, m, own);
             i += 1;
         }
         self.clock[me] = own;
