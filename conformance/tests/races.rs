@@ -187,3 +187,14 @@ fn notes_held_back_across_sends_reach_a_receiver_while_the_sender_polls() {
     // the job must end (no hang) and report nothing
     assert!(reports("poll", 2, None).is_empty());
 }
+
+#[test]
+fn a_wildcard_receive_that_takes_its_own_ranks_message_is_checked() {
+    // a send to itself with the race check alone on goes through the checker, as
+    // the general copy's does (`blocking_send_checked`)
+    let r = reports("self", 2, None);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let (rank, _, tag, srcs, call) = &r[0];
+    assert_eq!((*rank, tag.as_str(), call.as_str()), (0, "1", "MPI_Irecv"));
+    assert_eq!(*srcs, set(&[0, 1]));
+}

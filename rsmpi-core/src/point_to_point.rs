@@ -383,8 +383,11 @@ fn blocking_send_tooled<B: Buffer + ?Sized>(
     tag: Tag,
     mode: SendMode,
 ) -> Result<()> {
+    if tools::races_alone() {
+        return blocking_send_checked::<tools::Noted, _>(comm, rank, buf, tag, mode);
+    }
     if tools::checking() {
-        return blocking_send_checked(comm, rank, buf, tag, mode);
+        return blocking_send_checked::<tools::On, _>(comm, rank, buf, tag, mode);
     }
     blocking_send_traced(comm, rank, buf, tag, mode)
 }
@@ -442,10 +445,19 @@ fn blocking_send_watched<B: Buffer + ?Sized>(
 /// note that leads to more (the receives waiting for their checks first, a full
 /// batch of notes to send) has that done outside the state, and the send then
 /// starts as [`send_now_or_wait`] starts it.
+///
+/// `W::NOTED` ([`tools::Noted`]): the race check is the only tool on. Then no
+/// standard send runs as synchronous, no send has a type signature, no hook runs
+/// when the message leaves (the race check's note went ahead of it), and the call's
+/// end leaves at most the check of the receives completed meanwhile: the tests for
+/// those cost a checked send of the paper's Table 2 ~20 instructions (`docs/tools.md`,
+/// race checker "Cost", thirty-fourth round). A send to this rank itself still takes
+/// the watched way ([`tools::On`]): straight into a posted receive, that receive
+/// would complete with no hook to record it.
 #[track_caller]
 #[cold]
 #[inline(never)]
-fn blocking_send_checked<B: Buffer + ?Sized>(
+fn blocking_send_checked<W: tools::Mode, B: Buffer + ?Sized>(
     comm: SimpleCommunicator,
     rank: Rank,
     buf: &B,
@@ -453,11 +465,15 @@ fn blocking_send_checked<B: Buffer + ?Sized>(
     mode: SendMode,
 ) -> Result<()> {
     let comm = &comm;
-    if tools::sync_sends_possible() {
+    if !W::NOTED && tools::sync_sends_possible() {
         return blocking_send_watched(comm, rank, buf, tag, mode);
     }
     let (op, site) = (send_op(mode, false), Location::caller());
-    let ty = type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()));
+    let ty = if W::NOTED {
+        None
+    } else {
+        type_of(|| (buf.rsmpi_datatype(), buf.rsmpi_count()))
+    };
     let bytes = buf.rsmpi_send();
     let mut left = tools::Left::default();
     // what is rare (a note that leaves more to do, an error) is put aside here, so
@@ -472,12 +488,15 @@ fn blocking_send_checked<B: Buffer + ?Sized>(
             .and_then(|d| check_tag(tag).map(|_| d));
         let dest = checked.as_ref().ok().copied().flatten();
         let (noted, entered) =
-            crate::check::note_send_in(s, op, site, comm.ctx, tag, dest, ty.as_ref());
+            crate::check::note_send_in::<W>(s, op, site, comm.ctx, tag, dest, ty.as_ref());
         if let Some(n) = noted.filter(|n| n.unfinished()) {
             aside = Some(Aside::Noted(n));
             return Began::Aside;
         }
         let sent = match checked {
+            Ok(Some(dest)) if W::NOTED && dest != s.engine.rank() => {
+                send_at_once::<tools::Noted>(s, comm, dest, tag, mode, &bytes)
+            }
             Ok(Some(dest)) => send_at_once::<tools::On>(s, comm, dest, tag, mode, &bytes),
             other => other, // PROC_NULL, or the check's error
         };
@@ -487,6 +506,7 @@ fn blocking_send_checked<B: Buffer + ?Sized>(
                 (true, false) => t.enter(op, site),
                 (true, true) => {}
                 (false, true) => left = t.leave(op),
+                (false, false) if W::NOTED => left = t.send_ended_noted(),
                 (false, false) => left = t.ended_unentered(op),
             }
         }

@@ -111,6 +111,25 @@ impl Tools {
             && self.depth == 0
     }
 
+    /// Whether no call is being made and no tool's own traffic runs: with the race
+    /// check alone on ([`Noted`]), what [`Tools::notes_alone`] tests.
+    #[inline(always)]
+    pub fn outside_calls(&self) -> bool {
+        !self.busy && self.depth == 0
+    }
+
+    /// A send, never entered ([`crate::check::note_send_in`]), ends with the race
+    /// check alone on ([`Noted`]): [`Tools::ended_unentered`] with no type check to
+    /// end and no notes to let go (a send holds them back), only the receives
+    /// completed meanwhile to check once enough are waiting.
+    #[inline(always)]
+    pub(crate) fn send_ended_noted(&self) -> Left {
+        Left {
+            flush: false,
+            settle: self.notes.as_ref().is_some_and(|n| n.settle_due_untyped()),
+        }
+    }
+
     /// The MPI call `op`, never entered ([`crate::check::note_send_in`]), ends:
     /// what [`Tools::leave`] would leave to do.
     #[inline(always)]
@@ -231,7 +250,8 @@ impl Tools {
     /// call `op` made at `site` and never entered, took a message already here and
     /// completed with `outcome` in its call's first visit ([`Noted`]): what
     /// [`Tools::posted_done`] would have recorded (under the call it is part of, if
-    /// nested), and the call's end.
+    /// nested), and the call's end (the type check off: no type signature to end
+    /// with it).
     #[inline(always)]
     pub(crate) fn received_in_call(
         &mut self,
@@ -255,10 +275,17 @@ impl Tools {
         } else {
             self.call
         };
-        if let Some(n) = &mut self.notes {
-            n.posted_done(ctx, source, tag, call, outcome);
+        match &mut self.notes {
+            // (the type check is off: no type signature to end with the call)
+            Some(n) => {
+                n.posted_done(ctx, source, tag, call, outcome);
+                Left {
+                    flush: !op.is_send() && n.holds_notes(),
+                    settle: self.depth == 0 && n.settle_due_untyped(),
+                }
+            }
+            None => self.ended_unentered(op),
         }
-        self.ended_unentered(op)
     }
 
     /// A receive was posted (as [`Tools::posted`]) and completed with `outcome` at
@@ -717,6 +744,11 @@ impl Mode for Traced {
 /// progress. A receive that has to wait is entered and handed to the tools before
 /// the visit's progress, as [`Called`] would have it, and recorded by their hooks
 /// when it completes. (`docs/tools.md`, race checker "Cost", thirty-third round.)
+///
+/// A blocking send with the race check alone on runs the checks' copy
+/// (`blocking_send_checked`) with this mode: none of the other checks' tests, and
+/// the send itself through the copy without hooks, unless it goes to this rank
+/// (thirty-fourth round).
 pub(crate) struct Noted;
 
 impl Mode for Noted {

@@ -19,6 +19,8 @@
 //!   with and without `RSMPI_CHECK=races` (`docs/tools.md`).
 //! * `waitany`, `probe` (3 ranks): wildcard receives completed through `wait_any`, and
 //!   wildcard probes; one race each.
+//! * `self` (2 ranks): a wildcard receive takes its own rank's message, sent to
+//!   itself, and races with a later message from rank 1.
 //! * `poll` (2 ranks): rank 1 sends three messages, computes for 300 ms, then polls
 //!   with `test` for rank 0's reply; rank 0 receives them with `ANY_SOURCE` and
 //!   replies. The checker holds notes back across consecutive sends: this must
@@ -236,6 +238,30 @@ fn table2(w: &impl Communicator, n: u64) {
     }
 }
 
+/// The `self` case (2 ranks): rank 0 posts a wildcard receive and sends to itself,
+/// which that receive takes; rank 1 sends rank 0 a message of the same tag 150 ms
+/// later, which a second wildcard receive takes. One race, at the first receive: it
+/// took rank 0's own message, and rank 1's could have been taken instead. A send to
+/// itself that went straight into its receive past the checker would leave that
+/// receive unrecorded, and the race unreported.
+fn to_self(w: &impl Communicator) {
+    if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(150));
+        send(w, 0, 1);
+        return;
+    }
+    let any = w.any_process();
+    let (mut first, mut second) = (0u64, 0u64);
+    let took = request::scope(|sc| {
+        let r = any.immediate_receive_into_with_tag(sc, &mut first, 1);
+        send(w, 0, 1);
+        r.wait()
+    });
+    assert_eq!((first, took.source_rank()), (1, 0));
+    let st = any.receive_into_with_tag(&mut second, 1);
+    assert_eq!((second, st.source_rank()), (101, 1));
+}
+
 /// The `poll` case.
 fn poll(w: &impl Communicator) {
     let peer = w.process_at_rank(1 - w.rank());
@@ -272,6 +298,7 @@ fn main() {
         ["table2", n] => table2(&w, n.parse().expect("N")),
         ["probe"] => any_of(&w, "probe"),
         ["poll"] => poll(&w),
+        ["self"] => to_self(&w),
         ["fig1", "all", "tag", "1"] => fig1(&w, 1),
         [x, y, v] => pair(&w, x, y, v),
         _ => panic!("unknown case {case}"),

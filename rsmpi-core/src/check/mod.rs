@@ -964,6 +964,14 @@ impl Notes {
         self.events.len() >= self.settle_at || (self.types && !self.events.is_empty())
     }
 
+    /// [`Notes::settle_due`] with the type check known to be off (the race check
+    /// alone on, [`tools::Noted`]).
+    #[inline(always)]
+    pub fn settle_due_untyped(&self) -> bool {
+        debug_assert!(!self.types, "the type check is off");
+        self.events.len() >= self.settle_at
+    }
+
     #[inline(always)]
     pub fn posted(&mut self, id: RecvId, ctx: u32, source: Src, tag: TagSel, call: Call) {
         if let Some(at) = self.record(ctx, source, tag, call) {
@@ -1563,8 +1571,11 @@ fn enter_send_with(
 /// then leaves at once is neither entered nor left, and its caller ends it with
 /// [`tools::Tools::ended_unentered`] (an enter and a leave cost a checked send ~45
 /// instructions; `docs/tools.md`, race checker "Cost").
+///
+/// `W::NOTED` ([`tools::Noted`]): the race check is the only tool on, so the notes
+/// are alone outside any other call and any tool's own traffic.
 #[inline(always)]
-pub(crate) fn note_send_in(
+pub(crate) fn note_send_in<W: tools::Mode>(
     s: &mut crate::progress::State,
     op: Op,
     site: &'static Location<'static>,
@@ -1577,7 +1588,12 @@ pub(crate) fn note_send_in(
     let Some(t) = s.tools.as_deref_mut() else {
         return (None, false);
     };
-    if !t.notes_alone() {
+    let alone = if W::NOTED {
+        t.outside_calls()
+    } else {
+        t.notes_alone()
+    };
+    if !alone {
         return (enter_send_with(t, op, site, ctx, tag, dest, ty), true);
     }
     let call = Call {
