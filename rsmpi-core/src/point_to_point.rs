@@ -506,7 +506,7 @@ fn blocking_send_checked<W: tools::Mode, B: Buffer + ?Sized>(
                 (true, false) => t.enter(op, site),
                 (true, true) => {}
                 (false, true) => left = t.leave(op),
-                (false, false) if W::NOTED => left = t.send_ended_noted(),
+                (false, false) if W::NOTED => left = t.left_noted(op),
                 (false, false) => left = t.ended_unentered(op),
             }
         }

@@ -118,15 +118,17 @@ impl Tools {
         !self.busy && self.depth == 0
     }
 
-    /// A send, never entered ([`crate::check::note_send_in`]), ends with the race
-    /// check alone on ([`Noted`]): [`Tools::ended_unentered`] with no type check to
-    /// end and no notes to let go (a send holds them back), only the receives
-    /// completed meanwhile to check once enough are waiting.
+    /// [`Tools::left`] with the race check alone on ([`Noted`]): the type check is
+    /// off, so a call has no type signature to end and the receives' check is due by
+    /// their number alone.
     #[inline(always)]
-    pub(crate) fn send_ended_noted(&self) -> Left {
-        Left {
-            flush: false,
-            settle: self.notes.as_ref().is_some_and(|n| n.settle_due_untyped()),
+    pub(crate) fn left_noted(&self, op: Op) -> Left {
+        match &self.notes {
+            Some(n) => Left {
+                flush: !op.is_send() && n.holds_notes(),
+                settle: self.depth == 0 && n.settle_due_untyped(),
+            },
+            None => Left::default(),
         }
     }
 
@@ -275,17 +277,10 @@ impl Tools {
         } else {
             self.call
         };
-        match &mut self.notes {
-            // (the type check is off: no type signature to end with the call)
-            Some(n) => {
-                n.posted_done(ctx, source, tag, call, outcome);
-                Left {
-                    flush: !op.is_send() && n.holds_notes(),
-                    settle: self.depth == 0 && n.settle_due_untyped(),
-                }
-            }
-            None => self.ended_unentered(op),
+        if let Some(n) = &mut self.notes {
+            n.posted_done(ctx, source, tag, call, outcome);
         }
+        self.left_noted(op)
     }
 
     /// A receive was posted (as [`Tools::posted`]) and completed with `outcome` at
