@@ -8,6 +8,9 @@
 //!                                 the same with every job on transport T (verbs, ofi,
 //!                                 shm; as CONFORMANCE_TRANSPORT=T)
 //! conformance --list              list the cases
+//! CONFORMANCE_MATCHING=M conformance ...
+//!                                 the suite in matching mode M alone (both or
+//!                                 receiver) rather than in each
 //! conformance rank NAME           (internal) one rank of case NAME, under the launcher
 //! conformance launch N SECS NAME  (internal) launch case NAME on N ranks, like rsmpirun
 //! ```
@@ -65,6 +68,12 @@ fn main() {
                         || matches!(c.kind, conformance::Kind::Job { .. })
                 })
                 .collect();
+            if let Ok(o) = std::env::var("CONFORMANCE_MATCHING") {
+                if !Matching::ALL.iter().any(|m| m.env() == o) {
+                    eprintln!("conformance: CONFORMANCE_MATCHING={o:?}: expected both or receiver");
+                    std::process::exit(2);
+                }
+            }
             let t0 = Instant::now();
             let (mut passed, mut failed) = (0, 0);
             let mut summary = Vec::new();
@@ -80,7 +89,12 @@ fn main() {
                     (Err(_), Some(_)) => "auto across hosts".to_string(),
                     (Err(_), None) => transport.to_string(),
                 };
-                for m in Matching::ALL {
+                // CONFORMANCE_MATCHING=both|receiver: that mode alone
+                let only = std::env::var("CONFORMANCE_MATCHING").ok();
+                for m in Matching::ALL
+                    .into_iter()
+                    .filter(|m| only.as_deref().is_none_or(|o| o == m.env()))
+                {
                     let ctx = Ctx {
                         exe: exe.clone(),
                         matching: m,
