@@ -368,7 +368,7 @@ fn wildcards(u: Universe) {
 /// A first message of the same size goes through before the timed one, so that the
 /// time measured is the send's and not a one-time set-up of the path: libfabric 1.17's
 /// `verbs;ofi_rxm` grows its send buffer pool (1 024 buffers of the eager size, 68 MB
-/// at rsmpi's) at the first send too large to inject, which took 1.3-4.7 s in the
+/// at rsmpi's) at the first send too large to inject, which took 1.1-4.8 s in the
 /// SoftRoCE guest with the host busy (the send completed without the receiver all the
 /// same; it just ran past the limit below).
 fn standard_small_send_completes(u: Universe) {
