@@ -68,12 +68,18 @@ fn main() {
                         || matches!(c.kind, conformance::Kind::Job { .. })
                 })
                 .collect();
-            if let Ok(o) = std::env::var("CONFORMANCE_MATCHING") {
-                if !Matching::ALL.iter().any(|m| m.env() == o) {
-                    eprintln!("conformance: CONFORMANCE_MATCHING={o:?}: expected both or receiver");
-                    std::process::exit(2);
-                }
-            }
+            // CONFORMANCE_MATCHING=both|receiver: that mode alone
+            let only = std::env::var("CONFORMANCE_MATCHING").ok().map(|o| {
+                Matching::ALL
+                    .into_iter()
+                    .find(|m| m.env() == o)
+                    .unwrap_or_else(|| {
+                        eprintln!(
+                            "conformance: CONFORMANCE_MATCHING={o:?}: expected both or receiver"
+                        );
+                        std::process::exit(2)
+                    })
+            });
             let t0 = Instant::now();
             let (mut passed, mut failed) = (0, 0);
             let mut summary = Vec::new();
@@ -89,11 +95,9 @@ fn main() {
                     (Err(_), Some(_)) => "auto across hosts".to_string(),
                     (Err(_), None) => transport.to_string(),
                 };
-                // CONFORMANCE_MATCHING=both|receiver: that mode alone
-                let only = std::env::var("CONFORMANCE_MATCHING").ok();
                 for m in Matching::ALL
                     .into_iter()
-                    .filter(|m| only.as_deref().is_none_or(|o| o == m.env()))
+                    .filter(|m| only.is_none_or(|o| o == *m))
                 {
                     let ctx = Ctx {
                         exe: exe.clone(),
