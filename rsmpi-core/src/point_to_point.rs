@@ -1026,8 +1026,26 @@ where
         // over, it reloaded the list's length and flag after each write into the
         // library's tables: +26 instructions a round of the self loop)
         let w = irecv_enter(Location::caller(), buf);
-        let r = started(Posting::lend(scope, buf, tag).and_then(|p| irecv_watched(comm, src, p)));
-        tools::end(w);
+        let r = match Posting::lend(scope, buf, tag) {
+            // a lent buffer's request built here from its `Pending`, as the
+            // unwatched copy builds it, and the call ended in the one call out of
+            // line: joined as a whole request built out of line, the two paths cost
+            // the self loop 14 instructions a round more with the tools off, and
+            // the pair loop 18 (`docs/performance.md`, "Tools off, ninth round")
+            Ok(Posting {
+                tag,
+                elem,
+                buf: RecvBuf::Lent(loan, cap),
+            }) => {
+                let p = irecv_watched_lent(w, comm, src, tag, loan.id(), cap, elem);
+                p.map(|p| Request::new(p, Data::Loan(loan)))
+            }
+            other => {
+                let r = started(other.and_then(|p| irecv_watched(comm, src, p)));
+                tools::end(w);
+                r
+            }
+        };
         return done(r);
     }
     done(irecv::<U::Off, _, _>(comm, src, scope, buf, tag))
@@ -1044,7 +1062,33 @@ fn irecv_enter<B: BufferMut + ?Sized>(site: &'static Location<'static>, buf: &B)
     w
 }
 
-/// The watched immediate receive's posting, of a buffer already lent.
+/// The watched immediate receive's posting into a buffer lent as region `region`
+/// (`cap` bytes of elements of `elem` bytes), and the end of the call (`w`): the
+/// request's [`Pending`], told to the error checker.
+#[cold]
+#[inline(never)]
+fn irecv_watched_lent(
+    w: tools::Watch,
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: TagSel,
+    region: RegionId,
+    cap: u64,
+    elem: usize,
+) -> Result<Pending> {
+    let p = post_lent::<tools::On>(comm, src, tag, region).map(|posted| match posted {
+        Some(key) => Pending::new(key, cap, elem, comm.ctx),
+        None => done_pending(None), // PROC_NULL
+    });
+    if let (Ok(p), true) = (&p, tools::checking()) {
+        crate::check::request_started(p.key);
+    }
+    tools::end(w);
+    p
+}
+
+/// The watched immediate receive's posting of a buffer the message is unpacked into
+/// (a lent buffer's goes through [`irecv_watched_lent`]).
 #[cold]
 #[inline(never)]
 fn irecv_watched<'a, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
@@ -1110,16 +1154,7 @@ fn post_recv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
     let ctx = comm.ctx;
     match buf {
         RecvBuf::Lent(loan, cap) => {
-            let region = loan.id();
-            // one visit to the library state: check the source, post the receive (a
-            // refused source leaves the region lent, unused, until the scope ends)
-            let posted = progress::try_with(|s| -> Result<Option<Key>> {
-                let Some(src) = source_in(s, comm, src)? else {
-                    return Ok(None);
-                };
-                start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)).map(Some)
-            })??;
-            let Some(key) = posted else {
+            let Some(key) = post_lent::<W>(comm, src, tag, loan.id())? else {
                 return Ok(Request::new(done_pending(None), Data::Loan(loan)));
             };
             Ok(Request::new(
@@ -1141,6 +1176,25 @@ fn post_recv<'a, W: tools::Mode, Sc: Scope<'a>, B: BufferMut + ?Sized + 'a>(
             ))
         }
     }
+}
+
+/// Posts a receive into the buffer lent as `region`, in one visit to the library
+/// state: the source checked, the receive posted (a refused source leaves the region
+/// lent, unused, until the scope ends). `None` for a receive from `PROC_NULL`.
+#[inline(always)]
+fn post_lent<W: tools::Mode>(
+    comm: &SimpleCommunicator,
+    src: Option<Rank>,
+    tag: TagSel,
+    region: RegionId,
+) -> Result<Option<Key>> {
+    let ctx = comm.ctx;
+    progress::try_with(|s| -> Result<Option<Key>> {
+        let Some(src) = source_in(s, comm, src)? else {
+            return Ok(None);
+        };
+        start_recv::<W>(s, ctx, src, tag, RecvDst::Region(region)).map(Some)
+    })?
 }
 
 #[track_caller]
