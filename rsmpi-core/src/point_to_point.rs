@@ -956,18 +956,92 @@ where
     B: Buffer + ?Sized + 'a,
 {
     if tools::is_on() {
+        // the call's enter and end out of line, the send between them here: the
+        // request built in this function as the unwatched copy builds it, not
+        // joined as a whole request built out of line (`docs/performance.md`,
+        // "Tools off, ninth round")
+        let bytes = buf.rsmpi_send();
         let note = send_note(comm, rank, tag, buf);
-        return done(tools::watched_send(
-            send_op(mode, true),
-            Location::caller(),
-            note,
-            move || {
-                let mode = tools::send_mode(mode);
-                started(isend::<tools::On, _, _>(comm, rank, scope, buf, tag, mode))
-            },
-        ));
+        let op = send_op(mode, true);
+        let (w, mode, sent) =
+            isend_watched_begin(op, Location::caller(), note, comm, rank, tag, mode, &bytes);
+        let p = match sent {
+            Ok(Some(dest)) => {
+                let arg = bytes.map(|b| match b {
+                    Cow::Borrowed(b) => SendArg::Region(scope.rsmpi_lend(b)),
+                    Cow::Owned(v) => SendArg::Packed(v),
+                });
+                isend_watched_start(w, comm.ctx, dest, tag, arg, mode)
+            }
+            sent => isend_watched_ended(w, rank, sent),
+        };
+        return done(p.map(|p| Request::new(p, Data::Shared(buf))));
     }
     done(isend::<U::Off, _, _>(comm, rank, scope, buf, tag, mode))
+}
+
+/// The watched immediate send begins: the tools see the call (with the send's note),
+/// and the send's checks and eager path run ([`begin_send`]). Also the mode the send
+/// starts with ([`tools::send_mode`]).
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn isend_watched_begin(
+    op: Op,
+    site: &'static Location<'static>,
+    note: crate::check::SendNote<
+        impl FnOnce(&progress::State) -> Option<u32>,
+        impl FnOnce() -> Option<TypeSig>,
+    >,
+    comm: &SimpleCommunicator,
+    rank: Rank,
+    tag: Tag,
+    mode: SendMode,
+    bytes: &Result<Cow<'_, [u8]>>,
+) -> (tools::Watch, SendMode, Result<Option<u32>>) {
+    let (w, mode) = tools::begin_send(op, site, note, mode);
+    let sent = progress::try_with(|s| begin_send::<tools::On>(s, comm, rank, tag, mode, bytes));
+    (w, mode, sent.and_then(|r| r))
+}
+
+/// The watched immediate send to world rank `dest`, its buffer lent as `arg`, is
+/// started, and the call (`w`) ends: the request's [`Pending`], told to the error
+/// checker.
+#[cold]
+#[inline(never)]
+fn isend_watched_start(
+    w: tools::Watch,
+    ctx: u32,
+    dest: u32,
+    tag: Tag,
+    arg: Result<SendArg>,
+    mode: SendMode,
+) -> Result<Pending> {
+    let p = arg.and_then(|arg| {
+        let key = progress::with(|s| start_send::<tools::On>(s, ctx, dest, tag, arg, mode))?;
+        Ok(Pending::new(key, 0, 0, ctx))
+    });
+    if let (Ok(p), true) = (&p, tools::checking()) {
+        crate::check::request_started(p.key);
+    }
+    tools::end(w);
+    p
+}
+
+/// The watched immediate send to `rank` ends with its first step (`sent`): refused,
+/// sent at once, or to `PROC_NULL`.
+#[cold]
+#[inline(never)]
+fn isend_watched_ended(w: tools::Watch, rank: Rank, sent: Result<Option<u32>>) -> Result<Pending> {
+    let p = sent.map(|_| match rank {
+        PROC_NULL => done_pending(None),
+        _ => sent_pending::<tools::On>(),
+    });
+    if let (Ok(p), true) = (&p, tools::checking()) {
+        crate::check::request_started(p.key);
+    }
+    tools::end(w);
+    p
 }
 
 /// The body of [`immediate_send`].

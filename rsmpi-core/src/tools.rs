@@ -876,6 +876,31 @@ pub(crate) fn watched_send<R>(
     r
 }
 
+/// [`watched_send`]'s first half, for a send whose body runs in its caller's function
+/// (the immediate send, whose request is built there): the call begins, with its note
+/// (`op`, `site`, `note` as for [`watched_send`]); [`end`] is its second half. Also
+/// the mode the send starts with ([`send_mode`]).
+#[inline(always)]
+pub(crate) fn begin_send(
+    op: Op,
+    site: &'static std::panic::Location<'static>,
+    note: crate::check::SendNote<
+        impl FnOnce(&progress::State) -> Option<u32>,
+        impl FnOnce() -> Option<crate::check::types::TypeSig>,
+    >,
+    mode: matching::SendMode,
+) -> (Watch, matching::SendMode) {
+    if !checking() {
+        let w = Watch {
+            op,
+            t0: Some(crate::trace::enter(op)),
+        };
+        return (w, mode);
+    }
+    crate::check::enter_send(op, site, note);
+    (Watch { op, t0: None }, send_mode(mode))
+}
+
 /// An MPI call in progress, for the calls off the per-message path (collectives,
 /// probes, sync points): the tools see it begin when it is made and end when this
 /// is dropped.
