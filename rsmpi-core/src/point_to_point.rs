@@ -956,15 +956,15 @@ where
     B: Buffer + ?Sized + 'a,
 {
     if tools::is_on() {
-        // the call's enter and end out of line, the send between them here: the
-        // request built in this function as the unwatched copy builds it, not
-        // joined as a whole request built out of line (`docs/performance.md`,
+        // the call's two halves out of line, the lending (when the send goes on)
+        // and the request here, built as the unwatched copy builds it: joined as a
+        // whole request built out of line, the two paths cost the window send 5
+        // instructions a message more with the tools off (`docs/performance.md`,
         // "Tools off, ninth round")
-        let bytes = buf.rsmpi_send();
         let note = send_note(comm, rank, tag, buf);
         let op = send_op(mode, true);
-        let (w, mode, sent) =
-            isend_watched_begin(op, Location::caller(), note, comm, rank, tag, mode, &bytes);
+        let (w, mode, bytes, sent) =
+            isend_watched_begin(op, Location::caller(), note, comm, rank, buf, tag, mode);
         let p = match sent {
             Ok(Some(dest)) => {
                 let arg = bytes.map(|b| match b {
@@ -980,13 +980,14 @@ where
     done(isend::<U::Off, _, _>(comm, rank, scope, buf, tag, mode))
 }
 
-/// The watched immediate send begins: the tools see the call (with the send's note),
-/// and the send's checks and eager path run ([`begin_send`]). Also the mode the send
-/// starts with ([`tools::send_mode`]).
-#[allow(clippy::too_many_arguments)]
+/// The watched immediate send of `buf` begins: the tools see the call (with the
+/// send's note), `buf`'s bytes are taken (packed if need be), and the send's checks
+/// and eager path run ([`begin_send`]). Also the mode the send starts with
+/// ([`tools::send_mode`]).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 #[cold]
 #[inline(never)]
-fn isend_watched_begin(
+fn isend_watched_begin<'a, B: Buffer + ?Sized>(
     op: Op,
     site: &'static Location<'static>,
     note: crate::check::SendNote<
@@ -995,13 +996,19 @@ fn isend_watched_begin(
     >,
     comm: &SimpleCommunicator,
     rank: Rank,
+    buf: &'a B,
     tag: Tag,
     mode: SendMode,
-    bytes: &Result<Cow<'_, [u8]>>,
-) -> (tools::Watch, SendMode, Result<Option<u32>>) {
+) -> (
+    tools::Watch,
+    SendMode,
+    Result<Cow<'a, [u8]>>,
+    Result<Option<u32>>,
+) {
     let (w, mode) = tools::begin_send(op, site, note, mode);
-    let sent = progress::try_with(|s| begin_send::<tools::On>(s, comm, rank, tag, mode, bytes));
-    (w, mode, sent.and_then(|r| r))
+    let bytes = buf.rsmpi_send();
+    let sent = progress::try_with(|s| begin_send::<tools::On>(s, comm, rank, tag, mode, &bytes));
+    (w, mode, bytes, sent.and_then(|r| r))
 }
 
 /// The watched immediate send to world rank `dest`, its buffer lent as `arg`, is
