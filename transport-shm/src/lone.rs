@@ -85,7 +85,7 @@ pub const REMOTE_FACTOR: u32 = 2;
 /// How lone messages of 16-64 KiB to local peers go (`RSMPI_SHM_LONE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LoneMode {
-    /// Measured per peer and size class ([module docs](self)).
+    /// Measured per peer and size class (this module's docs, `transport-shm/src/lone.rs`).
     #[default]
     Auto,
     /// Always read by the receiver.
@@ -134,8 +134,8 @@ struct Class {
     asked: u32,
 }
 
-/// The judge of one peer ([module docs](self)): a pure state machine; the transport
-/// times the copies and the reads.
+/// The judge of one peer (this module's docs, `transport-shm/src/lone.rs`): a pure state
+/// machine; the transport times the copies and the reads.
 #[derive(Clone, Debug, Default)]
 pub struct Lone {
     classes: [Class; CLASS_TOP.len()],
