@@ -1027,6 +1027,10 @@ impl Transport for ShmTransport {
         let serving = self.pulls.servers[i].busy();
         let reader = &mut self.pulls.readers[i];
         reader.both_ways(serving);
+        // a first write into its destination is not timed for the judgement at
+        // first (`Reader::times`): mapping its pages is most of its time
+        let timed = reader.times(dst.as_ptr(), dst.len());
+        let judged = warm && timed;
         let pull = match self.read_mode {
             // a read up to the largest lone message was chosen over the ring by the
             // sender's judge (`lone`): not a pull, which goes through the ring
@@ -1034,13 +1038,13 @@ impl Transport for ShmTransport {
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
-        if pull && reader.ask(&mut self.producers[i], dst, addr, token, warm, served) {
+        if pull && reader.ask(&mut self.producers[i], dst, addr, token, judged, served) {
             self.pulls.reading = true;
             return Ok(Posted::Pending);
         }
         let t = std::time::Instant::now();
         cma::read(pid, dst, addr).map_err(|e| cma_failure(peer, "process_vm_readv", e))?;
-        self.pulls.readers[i].read_took(dst.len(), t.elapsed());
+        self.pulls.readers[i].read_took(dst.len(), t.elapsed(), timed);
         self.lone_read(i, dst.len(), t.elapsed());
         Ok(Posted::Done)
     }
