@@ -207,14 +207,16 @@ pub(crate) const MARGIN: f64 = 0.75;
 /// goes the other way, so that a change in the machine (the two CPUs' distance, the
 /// memory's place) is noticed, and so is a first judgement made on cold memory.
 pub const EXPLORE: u64 = 512;
-/// Transfers of a size class after which one into a destination this reader has not
-/// written before is timed like any other ([`Reader::fresh`]): by then a program
-/// that reuses its buffers has shown it, and one that never does is judged on what
-/// its transfers cost.
-pub const COLD_AFTER: u64 = 2 * EXPLORE;
 /// Destinations (their first page) a reader remembers, per peer, to tell a first
 /// write into a buffer from a later one ([`Reader::fresh`]).
 const SEEN: usize = 256;
+/// Transfers of a size class after which one into a destination this reader has not
+/// written before is timed like any other ([`Reader::fresh`]): as many as it
+/// remembers, so that a program taking turns among up to that many buffers has
+/// written each once by then, and one that uses more (or never reuses one) is judged
+/// on what its transfers cost rather than not at all. Until then, with no sample
+/// either way, a large read is a pull.
+pub const COLD_AFTER: u64 = SEEN as u64;
 
 /// What the two ways of moving a large transfer have cost per byte for transfers of
 /// one size class (through the ring, or one CMA call), and how many such transfers
