@@ -1023,10 +1023,7 @@ impl Transport for ShmTransport {
         // when that has been the faster way to this peer, and the ring has room for
         // the ask; else one `process_vm_readv`, timed (`pull`)
         let warm = self.inbound[i - usize::from(i > self.me)].ring.lapped();
-        let served = self.pulls.servers[i].served();
-        let serving = self.pulls.servers[i].busy();
         let reader = &mut self.pulls.readers[i];
-        reader.both_ways(serving);
         // a first write into its destination is not timed for the judgement at
         // first (`Reader::times`): mapping its pages is most of its time
         let timed = reader.times(dst.as_ptr(), dst.len());
@@ -1038,7 +1035,7 @@ impl Transport for ShmTransport {
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
-        if pull && reader.ask(&mut self.producers[i], dst, addr, token, judged, served) {
+        if pull && reader.ask(&mut self.producers[i], dst, addr, token, judged) {
             self.pulls.reading = true;
             return Ok(Posted::Pending);
         }
@@ -1061,8 +1058,7 @@ impl Transport for ShmTransport {
         for (i, reader) in self.pulls.readers.iter_mut().enumerate() {
             if reader.busy() {
                 let claim = self.producers[i].claim();
-                let served = self.pulls.servers[i].served();
-                n += reader.poll_done(claim, self.local[i], self.pids[i], served, f);
+                n += reader.poll_done(claim, self.local[i], self.pids[i], f);
                 busy |= reader.busy();
             }
         }
