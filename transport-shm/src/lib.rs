@@ -1029,9 +1029,13 @@ impl Transport for ShmTransport {
         let timed = reader.times(dst.as_ptr(), dst.len());
         let judged = warm && timed;
         let pull = match self.read_mode {
-            // a read up to the largest lone message was chosen over the ring by the
-            // sender's judge (`lone`): not a pull, which goes through the ring
-            ReadMode::Auto => dst.len() > lone::LONE_TOP && reader.prefers_pull(dst.len()),
+            // measured, from PULL_FROM on: reads of up to the largest lone message
+            // are judged too (until issue 11's forty-second round they were never
+            // pulls, the sender's `lone` judge having chosen a read over the ring;
+            // but streams crossing both ways are read once by rule 19 without that
+            // judge, and there pulls carried 32 KiB at twice a read's rate;
+            // `docs/performance.md`, "Reads of 32–64 KiB judged too")
+            ReadMode::Auto => reader.prefers_pull(dst.len()),
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
