@@ -115,22 +115,30 @@ sides() { # program, launcher...: "send recv" instructions per message of the wi
     fi
 }
 
+lowest() { # runs, rank, launcher... (ending in the rank script, program, args): the
+           # lowest count collected by rank's callgrind over that many jobs (a C
+           # MPI's wait still spins now and then under valgrind, which only adds
+           # instructions), empty if none
+    runs=$1; r=$2; shift 2
+    low=""
+    i=0
+    while [ "$i" -lt "$runs" ]; do
+        rm -f "$out/err$r"
+        "$@" >/dev/null 2>&1 || true
+        c=$(collected "$out/err$r" 2>/dev/null || true)
+        if [ -n "$c" ] && { [ -z "$low" ] || [ "$c" -lt "$low" ]; }; then low=$c; fi
+        i=$((i + 1))
+    done
+    echo "$low"
+}
+
 answer() { # fn, program, launcher...: instructions per round of the answer loop,
-           # each count the lowest of AREPEAT jobs (a C MPI's receive still spins
-           # now and then under valgrind, which only adds instructions)
+           # each count the lowest of AREPEAT jobs
     fn=$1; prog=$2; shift 2
     export CGFN="$fn" CGRANK=1
     for n in "$AN1" "$AN2"; do
-        low=""
-        i=0
-        while [ "$i" -lt "$AREPEAT" ]; do
-            rm -f "$out/err1"
-            "$@" "$out/rank.sh" "$prog" "$n" >/dev/null 2>&1 || true
-            c=$(collected "$out/err1" 2>/dev/null || true)
-            if [ -n "$c" ] && { [ -z "$low" ] || [ "$c" -lt "$low" ]; }; then low=$c; fi
-            i=$((i + 1))
-        done
-        eval "x$n=\$low"
+        c=$(lowest "$AREPEAT" 1 "$@" "$out/rank.sh" "$prog" "$n")
+        eval "x$n=\$c"
     done
     eval "a=\$x$AN1 b=\$x$AN2"
     if [ -n "$a" ] && [ -n "$b" ]; then
@@ -149,15 +157,7 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
          # REPEAT jobs, the sleeps' cost subtracted
     fn=$1; napfn=$2; prog=$3; shift 3
     export CGFN="$fn" CGRANK=0
-    best=""
-    i=0
-    while [ "$i" -lt "$REPEAT" ]; do
-        rm -f "$out/err0"
-        "$@" "$out/rank.sh" "$prog" "$PR" >/dev/null 2>&1 || true
-        c=$(collected "$out/err0" 2>/dev/null || true)
-        if [ -n "$c" ] && { [ -z "$best" ] || [ "$c" -lt "$best" ]; }; then best=$c; fi
-        i=$((i + 1))
-    done
+    best=$(lowest "$REPEAT" 0 "$@" "$out/rank.sh" "$prog" "$PR")
     [ -n "$best" ] || { echo "-"; return; }
     echo "$(( (best - $(naps "$napfn" "$prog")) / PR ))"
 }
