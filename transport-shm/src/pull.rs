@@ -792,12 +792,10 @@ impl Pulls {
 mod tests {
     use super::*;
 
-    impl Reader {
-        /// An address on a page of its own, for `fresh` and `times` (never
-        /// dereferenced).
-        fn fresh_page(&self, at: usize) -> *const u8 {
-            at as *const u8
-        }
+    /// An address on a page of its own, for `fresh` and `times` (never
+    /// dereferenced).
+    fn page(at: usize) -> *const u8 {
+        at as *const u8
     }
 
     fn reader_with(pull_us: u64, read_us: u64, rounds: usize) -> (Reader, usize) {
@@ -938,20 +936,17 @@ mod tests {
         assert!(r.fresh(b));
         assert!(!r.fresh(a) && !r.fresh(b));
         // so a fresh one is not timed until the class has had COLD_AFTER transfers
-        let c = r.fresh_page(0x7000_0000);
+        let c = page(0x7000_0000);
         assert!(!r.times(c, 1 << 20));
         assert!(r.times(c, 1 << 20), "written before");
         for _ in 0..COLD_AFTER {
             r.prefers_pull(1 << 20);
         }
-        assert!(
-            !r.times(r.fresh_page(0x7100_0000), 1 << 20),
-            "at COLD_AFTER"
-        );
+        assert!(!r.times(page(0x7100_0000), 1 << 20), "at COLD_AFTER");
         r.prefers_pull(1 << 20);
-        assert!(r.times(r.fresh_page(0x7200_0000), 1 << 20), "past it");
+        assert!(r.times(page(0x7200_0000), 1 << 20), "past it");
         // the classes count apart
-        assert!(!r.times(r.fresh_page(0x7300_0000), PULL_FROM));
+        assert!(!r.times(page(0x7300_0000), PULL_FROM));
     }
 
     #[test]
