@@ -202,7 +202,10 @@ pub use lone::{
 pub use loopback::Loopback;
 use pull::Taken;
 
-pub use pull::{PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, PATIENCE, PULL_FROM, SERVE_BUDGET};
+pub use pull::{
+    PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, FOLLOW_FOR, PATIENCE, PULL_FROM, RUN,
+    SERVE_BUDGET,
+};
 pub use push::{
     PushStats, WriteMode, ENV_WRITE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FIRST_PATIENCE, PUSH_FROM,
     PUSH_MARGIN, PUSH_PATIENCE, PUSH_START,
@@ -751,6 +754,7 @@ impl ShmTransport {
             s.reads += x.reads;
             s.chunks_served_to_us += x.chunks_served_to_us;
             s.taken_back += x.taken_back;
+            s.followed += x.followed;
         }
         s.chunks_served = self.pulls.servers.iter().map(pull::Server::served).sum();
         s
@@ -1022,23 +1026,38 @@ impl Transport for ShmTransport {
         // a large read from another process: the peer copies it through the ring
         // when that has been the faster way to this peer, and the ring has room for
         // the ask; else one `process_vm_readv`, timed (`pull`)
-        let warm = self.inbound[i - usize::from(i > self.me)].ring.lapped();
+        let inbound = &self.inbound[i - usize::from(i > self.me)].ring;
+        let warm = inbound.lapped();
         let reader = &mut self.pulls.readers[i];
         // a first write into its destination is not timed for the judgement at
         // first (`Reader::times`): mapping its pages is most of its time
-        let timed = reader.times(dst.as_ptr(), dst.len());
-        let judged = warm && timed;
+        let mut timed = reader.times(dst.as_ptr(), dst.len());
         let pull = match self.read_mode {
             // measured, from PULL_FROM on: reads of up to the largest lone message
             // are judged too (until issue 11's forty-second round they were never
             // pulls, the sender's `lone` judge having chosen a read over the ring;
             // but streams crossing both ways are read once by rule 19 without that
             // judge, and there pulls carried 32 KiB at twice a read's rate;
-            // `docs/performance.md`, "Reads of 32–64 KiB judged too")
-            ReadMode::Auto => reader.prefers_pull(dst.len()),
+            // `docs/performance.md`, "Reads of 32–64 KiB judged too"). One judge
+            // for the pair, the lower slot's: where both read, the follower goes
+            // its way (`Reader::lead`, `Reader::follow`)
+            ReadMode::Auto => {
+                let c = pull::class(dst.len());
+                let peer = self.producers[i].way(c);
+                let (pull, word) = if self.me < i {
+                    reader.lead(dst.len(), peer)
+                } else {
+                    let (pull, own, word) = reader.follow(dst.len(), peer);
+                    timed &= own;
+                    (pull, word)
+                };
+                inbound.ways()[c].store(word, std::sync::atomic::Ordering::Relaxed);
+                pull
+            }
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
+        let judged = warm && timed;
         if pull && reader.ask(&mut self.producers[i], dst, addr, token, judged) {
             self.pulls.reading = true;
             return Ok(Posted::Pending);

@@ -168,6 +168,9 @@ pub struct PullStats {
     pub taken_back: u64,
     /// Chunks this rank copied into its rings for peers' pulls.
     pub chunks_served: u64,
+    /// Large reads made the way of the pair's leader, while the two read from each
+    /// other at once ([`Reader::follow`]).
+    pub followed: u64,
 }
 
 /// The cost of one way of reading from a peer: nanoseconds per KiB of its last
@@ -224,6 +227,10 @@ struct Choice {
     ring: Cost,
     cma: Cost,
     count: u64,
+    /// Transfers still to go the way of the last one (`Ways::prefers_ring`'s `run`),
+    /// and that way.
+    stick: u32,
+    last: bool,
 }
 
 /// The measured choice between the ring and one CMA call for the large transfers
@@ -240,17 +247,34 @@ impl Ways {
     /// taken (the ring only below `margin` of CMA), except for the 16th to 256th
     /// transfer and one in [`EXPLORE`], which go the other way. Each size class (a
     /// power of two) is judged on its own.
-    pub(crate) fn prefers_ring(&mut self, len: usize, margin: f64) -> bool {
+    ///
+    /// With `run` above 1, each choice holds for `run` transfers in a row (the
+    /// trials, the explorations and the judgement alike): where the cost of a way
+    /// depends on the peer going the same way (`Reader::lead`), the peer follows
+    /// within a transfer or two, and the last of the run's samples, the ones judged
+    /// ([`WINDOW`] of them), are of both sides going that way.
+    pub(crate) fn prefers_ring(&mut self, len: usize, margin: f64, run: u32) -> bool {
         let c = &mut self.choices[class(len)];
         c.count += 1;
-        let (p, r) = (c.ring, c.cma);
-        if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
-            return p.samples <= r.samples;
+        if c.stick > 0 {
+            c.stick -= 1;
+            return c.last;
         }
-        // explore often at first, when samples may have met cold memory (a
-        // destination's first touch), then once in EXPLORE
-        let explore = c.count % EXPLORE == 0 || c.count.is_power_of_two();
-        (p.best() < margin * r.best()) != explore
+        let (p, r) = (c.ring, c.cma);
+        let ring = if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
+            p.samples <= r.samples
+        } else {
+            // explore often at first, when samples may have met cold memory (a
+            // destination's first touch), then once in EXPLORE: with a run, when
+            // one of the transfers it holds for is such
+            let n = c.count;
+            let explore =
+                (n..n + u64::from(run.max(1))).any(|n| n % EXPLORE == 0 || n.is_power_of_two());
+            (p.best() < margin * r.best()) != explore
+        };
+        c.stick = run.saturating_sub(1);
+        c.last = ring;
+        ring
     }
 
     /// A transfer of `bytes` through the ring took `took`.
@@ -275,11 +299,50 @@ impl Ways {
 
 /// Size classes: one per power of two from [`PULL_FROM`], the last for everything
 /// from 4 MiB (a pull's fixed costs weigh differently at each size).
-const CLASSES: usize = 8;
+pub const CLASSES: usize = 8;
 
-fn class(len: usize) -> usize {
+/// The size class of a large read of `len` bytes.
+pub fn class(len: usize) -> usize {
     let log = usize::BITS - 1 - len.max(1).leading_zeros();
     (log.saturating_sub(PULL_FROM.trailing_zeros()) as usize).min(CLASSES - 1)
+}
+
+/// How many of its own large reads of a size class a follower ([`Reader::follow`])
+/// makes the leader's way after the leader's count for the class last moved: while
+/// the two read from each other, each window of a stream both ways (64 messages in
+/// `rsmpi-bench bibw`) sees the count move; after that many without a move, the
+/// traffic is one way and the follower judges for itself.
+pub const FOLLOW_FOR: u32 = 64;
+/// While the peer reads too, the leader's choices each hold for this many of its
+/// large reads of a class ([`Reader::lead`], [`Ways::prefers_ring`]'s `run`): twice
+/// the [`WINDOW`] judged, so that the last samples of a run are taken after the
+/// follower has seen the leader's way.
+pub const RUN: u32 = 2 * WINDOW as u32;
+/// The way of a pair's large reads in a [`crate::ring::Told::ways`] word (its two
+/// low bits; the count of the leader's reads of the class above them).
+const WAY_PULL: u32 = 1;
+const WAY_READ: u32 = 2;
+
+/// What a reader has seen of the peer's large reads of one size class, in the peer's
+/// [`crate::ring::Told::ways`] word.
+#[derive(Clone, Copy)]
+struct Led {
+    /// The peer's count last seen.
+    seen: u32,
+    /// This reader's large reads of the class since the count moved, and since it
+    /// last moved by other than one between two of them.
+    since_moved: u32,
+    since_along: u32,
+}
+
+impl Default for Led {
+    fn default() -> Self {
+        Led {
+            seen: 0,
+            since_moved: FOLLOW_FOR,
+            since_along: FOLLOW_FOR,
+        }
+    }
 }
 
 /// The pulls this rank asked of one peer.
@@ -306,6 +369,12 @@ pub struct Reader {
     /// The first pages of the destinations of recent large reads, by a hash of the
     /// address ([`SEEN`] slots, allocated at the first such read).
     dsts: Vec<usize>,
+    /// Per size class: this reader's large reads from the peer (the count in its
+    /// [`crate::ring::Told::ways`] words).
+    leads: [u32; CLASSES],
+    /// Per size class, what this reader has seen of the peer's large reads
+    /// ([`Reader::peer_reads_along`]).
+    led: [Led; CLASSES],
 }
 
 impl Default for Reader {
@@ -322,6 +391,8 @@ impl Default for Reader {
             seen: 0,
             since: Instant::now(),
             dsts: Vec::new(),
+            leads: [0; CLASSES],
+            led: [Led::default(); CLASSES],
         }
     }
 }
@@ -349,7 +420,82 @@ impl Reader {
     /// level with the judge's choice from 256 KiB and 0.8x of it at 128 KiB
     /// (`docs/performance.md`, "Traffic both ways judged like traffic one way").
     pub fn prefers_pull(&mut self, len: usize) -> bool {
-        self.ways.prefers_ring(len, MARGIN)
+        self.ways.prefers_ring(len, MARGIN, 1)
+    }
+
+    /// Whether the peer reads from this rank in `len`'s size class at the same time
+    /// as this reader from it, as far as its word `word` tells
+    /// ([`crate::ring::Told::ways`]): its count moved within this reader's last
+    /// [`FOLLOW_FOR`] large reads of the class, and within as many it moved by other
+    /// than one between two of them. Reads that take turns, one each way (a
+    /// ping-pong of large messages, `rsmpi-bench latency`), do not meet in time, and
+    /// there each judge alone measured better: with the pair's choice, 128 KiB–1 MiB
+    /// one-way took 5–8 % longer.
+    fn peer_reads_along(&mut self, len: usize, word: u32) -> bool {
+        let l = &mut self.led[class(len)];
+        let count = word >> 2;
+        let moved = count.wrapping_sub(l.seen) & (u32::MAX >> 2);
+        l.seen = count;
+        l.since_moved = if moved > 0 {
+            0
+        } else {
+            l.since_moved.saturating_add(1)
+        };
+        l.since_along = if moved != 1 && word & 3 != 0 {
+            0
+        } else {
+            l.since_along.saturating_add(1)
+        };
+        word & 3 != 0 && l.since_moved < FOLLOW_FOR && l.since_along < FOLLOW_FOR
+    }
+
+    /// The word that tells the peer of this reader's large read of `len` bytes, a
+    /// pull or not ([`crate::ring::Told::ways`]): the way in its two low bits, the
+    /// count of the class's large reads above them.
+    fn told(&mut self, len: usize, pull: bool) -> u32 {
+        let c = class(len);
+        self.leads[c] = self.leads[c].wrapping_add(1);
+        self.leads[c] << 2 | if pull { WAY_PULL } else { WAY_READ }
+    }
+
+    /// As the leader of the pair (the lower of the two ranks' slots), the way of the
+    /// next large read of `len` bytes from the peer ([`Reader::prefers_pull`]: true
+    /// for a pull), given the peer's word for the class (`peer`), and this reader's
+    /// word to tell the peer ([`crate::ring::Told::ways`]).
+    ///
+    /// Where large data flows both ways (`bibw`), each rank's best way depends on the
+    /// other's: a pull waits while its server is inside `process_vm_readv`, so each
+    /// judge alone, timing its pulls against a peer that reads, kept single copies
+    /// (16–22 GB/s at 64 KiB–1 MiB here), where pulls both ways carried 29–36. So one
+    /// side, the leader, judges for the pair, the other follows
+    /// ([`Reader::follow`]), and while the peer reads too the leader holds each
+    /// choice for [`RUN`] reads, so that its samples are of both sides going the same
+    /// way (`docs/performance.md`, "Traffic both ways read one way, the leader's").
+    pub fn lead(&mut self, len: usize, peer: u32) -> (bool, u32) {
+        let run = if self.peer_reads_along(len, peer) {
+            RUN
+        } else {
+            1
+        };
+        let pull = self.ways.prefers_ring(len, MARGIN, run);
+        (pull, self.told(len, pull))
+    }
+
+    /// As the follower of the pair, the way of the next large read of `len` bytes
+    /// from the leader, whose word for the class is `leader`
+    /// ([`crate::ring::Told::ways`]): the leader's way while the leader reads from
+    /// this rank too ([`FOLLOW_FOR`]), else this reader's own judgement. Also
+    /// whether it is the own judgement's, so that the read's time is for that judge
+    /// to count (a read made the leader's way is judged by the leader), and this
+    /// reader's word to tell the leader.
+    pub fn follow(&mut self, len: usize, leader: u32) -> (bool, bool, u32) {
+        let (pull, own) = if self.peer_reads_along(len, leader) {
+            self.stats.followed += 1;
+            (leader & 3 == WAY_PULL, false)
+        } else {
+            (self.prefers_pull(len), true)
+        };
+        (pull, own, self.told(len, pull))
     }
 
     /// A large read made with `process_vm_readv` took `took`; `timed`: whether its
@@ -971,6 +1117,117 @@ mod tests {
         // 16th, 32nd and 64th transfer
         let (_, pulls) = reader_with(400, 80, 8 + 64);
         assert_eq!(pulls, 4 + 3);
+    }
+
+    #[test]
+    fn a_follower_goes_the_leaders_way_while_both_read_at_once() {
+        const MIB: usize = 1 << 20;
+        // the leader's reads were cheaper (pulls 300 µs a MiB, reads 80); the
+        // follower's own judge found pulls cheaper (30 against 80)
+        let mut leader = reader_with(300, 80, 64).0;
+        let mut follower = reader_with(30, 80, 64).0;
+        assert!(follower.prefers_pull(MIB));
+        // no word from the leader yet: its own judgement, to be timed
+        let (pull, own, mut fword) = follower.follow(MIB, 0);
+        assert!(pull && own);
+        // both read at once (two of the leader's reads between two of the
+        // follower's): the follower goes the leader's way, explorations too, and its
+        // reads are not timed for its own judge
+        let mut reads = 0;
+        let mut word = 0;
+        for _ in 0..3 * FOLLOW_FOR {
+            leader.lead(MIB, fword);
+            let (pull, w) = leader.lead(MIB, fword);
+            word = w;
+            assert_eq!(word & 3, if pull { WAY_PULL } else { WAY_READ });
+            let (fpull, own, w) = follower.follow(MIB, word);
+            assert_eq!((fpull, own), (pull, false));
+            assert_eq!(w & 3, word & 3, "the follower tells the way it went");
+            fword = w;
+            reads += usize::from(!pull);
+        }
+        assert!(reads > 2 * FOLLOW_FOR as usize, "the leader's way: reads");
+        // a size class the leader has not read: the follower's own way
+        assert!(follower.follow(2 * PULL_FROM, 0).0);
+        // the leader stops reading: the follower goes its way for FOLLOW_FOR reads
+        // since the leader's last, then judges for itself again
+        let way = word & 3 == WAY_PULL;
+        for _ in 1..FOLLOW_FOR {
+            assert_eq!(follower.follow(MIB, word).0, way);
+        }
+        let (pull, own, _) = follower.follow(MIB, word);
+        assert!(pull && own);
+    }
+
+    #[test]
+    fn reads_that_take_turns_are_judged_each_alone() {
+        const MIB: usize = 1 << 20;
+        // a ping-pong of large messages: one read each way in turn; each side's
+        // judge decides alone (the follower's own way, pulls, against the leader's
+        // reads), and the leader's choices hold for one read, not RUN
+        let mut leader = reader_with(300, 80, 64).0;
+        let mut follower = reader_with(30, 80, 64).0;
+        let mut fword = 0;
+        let mut ways = Vec::new();
+        for _ in 0..3 * FOLLOW_FOR {
+            let (pull, word) = leader.lead(MIB, fword);
+            ways.push(pull);
+            let (fpull, own, w) = follower.follow(MIB, word);
+            assert!(own, "taking turns, the follower judges alone");
+            fword = w;
+            ways.push(fpull);
+        }
+        let (lead, follow): (Vec<_>, Vec<_>) = ways.chunks(2).map(|p| (p[0], p[1])).unzip();
+        // the follower pulled but for its explorations (128, 256); the leader read
+        // but for its explorations, each a single pull
+        assert_eq!(follow.iter().filter(|&&p| !p).count(), 2);
+        assert_eq!(lead.iter().filter(|&&p| p).count(), 2);
+    }
+
+    #[test]
+    fn a_run_holds_each_choice() {
+        // pulls cheaper (30 against 80): the trials, the judgement and the
+        // explorations each hold for RUN transfers
+        let mut w = Ways::default();
+        let mut seq = Vec::new();
+        for _ in 0..8 * RUN {
+            let ring = w.prefers_ring(1 << 20, MARGIN, RUN);
+            seq.push(ring);
+            if ring {
+                w.ring_took(1 << 20, Duration::from_micros(30));
+            } else {
+                w.cma_took(1 << 20, Duration::from_micros(80));
+            }
+        }
+        let runs: Vec<&[bool]> = seq.chunks(RUN as usize).collect();
+        assert!(runs.iter().all(|r| r.iter().all(|&x| x == r[0])), "{seq:?}");
+        // a run of trial pulls, one of trial reads, then pulls, but for the run
+        // holding the 32nd transfer (an exploration: reads)
+        let firsts: Vec<bool> = runs.iter().map(|r| r[0]).collect();
+        assert_eq!(firsts, [true, false, true, false, true, true, true, false]);
+    }
+
+    #[test]
+    fn the_leaders_words_count_its_reads_per_class() {
+        let mut leader = Reader::default();
+        let mut words = Vec::new();
+        for _ in 0..4 {
+            let (pull, word) = leader.lead(1 << 20, 0);
+            if pull {
+                leader.pulled_took(1 << 20, Duration::from_micros(30));
+            } else {
+                leader.read_took(1 << 20, Duration::from_micros(80), true);
+            }
+            words.push(word);
+        }
+        assert_eq!(
+            words.iter().map(|w| w >> 2).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        // the first reads alternate, starting with a pull (nothing measured)
+        let ways: Vec<u32> = words.iter().map(|w| w & 3).collect();
+        assert_eq!(ways, [WAY_PULL, WAY_READ, WAY_PULL, WAY_READ]);
+        assert_eq!(leader.lead(PULL_FROM, 0).1 >> 2, 1);
     }
 
     #[test]

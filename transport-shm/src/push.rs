@@ -171,7 +171,7 @@ impl Default for Pusher {
 impl Pusher {
     /// Whether the next large write should be a push ([`Ways::prefers_ring`]).
     pub fn prefers_push(&mut self, len: usize) -> bool {
-        self.ways.prefers_ring(len, PUSH_MARGIN)
+        self.ways.prefers_ring(len, PUSH_MARGIN, 1)
     }
 
     /// A large write made with `process_vm_writev` took `took`.

@@ -59,7 +59,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -153,7 +153,8 @@ fn encode(pos: u64, len: usize, flags: u64) -> u64 {
 /// rendezvous reads that the ring's producer asks its consumer to serve
 /// (`crate::pull`), and the claim word of the direct writes that the ring's producer
 /// pushes through it (`crate::push`); both sides change a claim word, only while such
-/// a transfer is under way.
+/// a transfer is under way. Last, a line in which the consumer tells the producer of
+/// its reads of the producer's memory ([`Told`]).
 #[repr(C)]
 pub struct RingCtrl {
     /// Stream position up to which the consumer has released space (monotonic bytes).
@@ -167,10 +168,24 @@ pub struct RingCtrl {
     /// The first chunk of the producer's pushes not yet claimed by either side
     /// (monotonic; advanced only by compare-and-swap).
     pub push: CachePadded<AtomicU64>,
+    /// What the consumer tells the producer of its reads of the producer's memory.
+    /// Written by the consumer, read by the producer.
+    pub told: CachePadded<Told>,
+}
+
+/// What a ring's consumer tells its producer of its reads of the producer's memory
+/// (one line, written by the consumer only).
+#[repr(C)]
+pub struct Told {
     /// What the consumer's reads of the producer's lone messages took, per size class
-    /// of `crate::lone` (ns per KiB, the least of its last few; 0: none yet). Written
-    /// by the consumer, read by the producer's judge.
-    pub reads: CachePadded<[AtomicU32; 2]>,
+    /// of `crate::lone` (ns per KiB, the least of its last few; 0: none yet), for the
+    /// producer's lone judge.
+    pub lone: [AtomicU32; 2],
+    /// The way of the consumer's latest large read from the producer, per size class
+    /// of `crate::pull`, with a count of them (`crate::pull::Reader::lead`; 0: none
+    /// yet). Where the consumer leads the pair, the producer's own large reads from
+    /// it go the same way while the count moves (`crate::pull::Reader::follow`).
+    pub ways: [AtomicU32; crate::pull::CLASSES],
 }
 
 /// The first bytes of every segment, written by its owner before the first fence.
@@ -536,8 +551,14 @@ impl Producer {
     /// What the consumer's reads of this producer's lone messages take, per size class
     /// (`crate::lone`; ns per KiB, 0: none yet).
     pub fn reads(&self) -> [u32; 2] {
-        let r = &self.mem.ctrl().reads;
+        let r = &self.mem.ctrl().told.lone;
         [r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)]
+    }
+
+    /// The consumer's word for its latest large read of this producer's memory in
+    /// size class `class` of `crate::pull` (`Told::ways`).
+    pub fn way(&self, class: usize) -> u32 {
+        self.mem.ctrl().told.ways[class].load(Ordering::Relaxed)
     }
 
     /// The ring's push claim word (`crate::push`).
@@ -763,7 +784,13 @@ impl Consumer {
     /// The words in which this consumer tells the producer what its reads of the
     /// producer's lone messages take (`crate::lone`).
     pub fn reads(&self) -> &[AtomicU32; 2] {
-        &self.mem.ctrl().reads
+        &self.mem.ctrl().told.lone
+    }
+
+    /// The words in which this consumer tells the producer the way of its large reads
+    /// of the producer's memory, per size class of `crate::pull` (`Told::ways`).
+    pub fn ways(&self) -> &[AtomicU32; crate::pull::CLASSES] {
+        &self.mem.ctrl().told.ways
     }
 
     /// Whether all of the ring has been read through once (every page of it has been

@@ -527,6 +527,7 @@ fn pulls_are_served_by_the_peer() {
                 chunks_served_to_us: chunks,
                 taken_back: 0,
                 chunks_served: 0,
+                followed: 0,
             }
         );
         t.try_send(1, b"done", &[]).unwrap();
@@ -538,6 +539,112 @@ fn pulls_are_served_by_the_peer() {
             end
         }));
         assert!(next > 0, "no message came between the chunks");
+    });
+}
+
+/// Large reads both ways (`ReadMode::Auto`): in bursts that meet (each rank reads 8
+/// from the other while the other's count of reads moves by 8), rank 1, the follower,
+/// goes rank 0's way (`Reader::follow`); reads that take turns, one each way (a
+/// ping-pong), are each judged alone after `FOLLOW_FOR` turns. Every byte arrives.
+#[test]
+fn reads_both_ways_go_the_leaders_way() {
+    const LEN: usize = 128 * 1024;
+    const BURST: usize = 8;
+    run_ranks("reads_both_ways_go_the_leaders_way", 2, TIMEOUT, |env| {
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        assert!(t.caps().get, "CMA unavailable: {t:?}");
+        t.set_read_mode(ReadMode::Auto);
+        let me = env.rank;
+        let peer = 1 - me;
+        // each rank's exposed bytes: the pattern, offset by its rank
+        let buf: Vec<u8> = (0..LEN + 64).map(pattern).collect();
+        let mine = &buf[usize::from(me == 1) * 64..];
+        publish_u64(&mut ex, "buf.addr", mine.as_ptr() as u64);
+        publish_u64(&mut ex, "buf.len", LEN as u64);
+        ex.fence().unwrap();
+        let d = remote_buf(&mut ex, peer);
+        let shift = usize::from(peer == 1) * 64;
+        let mut dst = vec![0u8; BURST * LEN];
+        let mut token = 0u64;
+        let mut go = 0u64;
+        let mut burst = |t: &mut ShmTransport, n: usize, go: &mut u64| {
+            let mut tokens = Vec::new();
+            for piece in dst.chunks_mut(LEN).take(n) {
+                piece.fill(0);
+                token += 1;
+                match t.get(peer, piece, d, 0, token).unwrap() {
+                    Posted::Pending => tokens.push(token),
+                    Posted::Done => {}
+                }
+            }
+            let mut msg = |s: Rank, m: &[u8]| {
+                assert_eq!((s, m), (peer, &b"go"[..]));
+                *go += 1;
+            };
+            assert!(wait_reads(t, &tokens, &mut msg).iter().all(Result::is_ok));
+            for piece in dst.chunks(LEN).take(n) {
+                assert!(
+                    piece
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &b)| b == pattern(shift + i)),
+                    "wrong bytes"
+                );
+            }
+        };
+        let wait_go = |t: &mut ShmTransport, go: &mut u64, want: u64| {
+            if *go >= want {
+                return;
+            }
+            assert!(poll_until(t, Duration::from_secs(60), |s, m| {
+                assert_eq!((s, m), (peer, &b"go"[..]));
+                *go += 1;
+                *go >= want
+            }));
+        };
+        // bursts taking turns: rank 0 reads 8, says go; rank 1 reads 8, says go
+        const ROUNDS: u64 = 24;
+        for r in 0..ROUNDS {
+            if me == 1 {
+                wait_go(&mut t, &mut go, r + 1);
+            }
+            burst(&mut t, BURST, &mut go);
+            t.try_send(peer, b"go", &[]).unwrap();
+            if me == 0 {
+                wait_go(&mut t, &mut go, r + 1);
+            }
+        }
+        let bursts = t.pull_stats();
+        if me == 0 {
+            assert_eq!(bursts.followed, 0, "the leader follows no one: {bursts:?}");
+        } else {
+            // from its second burst on, rank 0's count has moved by 8 at each of its
+            // first reads and not at the others: it follows every read
+            assert!(bursts.followed >= (ROUNDS - 1) * BURST as u64, "{bursts:?}");
+        }
+        // a ping-pong of single reads: after FOLLOW_FOR turns each judges alone
+        const TURNS: u64 = 3 * transport_shm::FOLLOW_FOR as u64;
+        for r in 0..TURNS {
+            let want = ROUNDS + r + 1;
+            if me == 1 {
+                wait_go(&mut t, &mut go, want);
+            }
+            burst(&mut t, 1, &mut go);
+            t.try_send(peer, b"go", &[]).unwrap();
+            if me == 0 {
+                wait_go(&mut t, &mut go, want);
+            }
+        }
+        let turns = t.pull_stats();
+        assert!(
+            turns.followed - bursts.followed <= u64::from(transport_shm::FOLLOW_FOR),
+            "{turns:?}"
+        );
+        // the peer may still need this rank to serve its last read
+        t.try_send(peer, b"go", &[]).unwrap();
+        wait_go(&mut t, &mut go, ROUNDS + TURNS + 1);
+        drop(buf);
     });
 }
 
