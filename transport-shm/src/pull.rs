@@ -169,7 +169,7 @@ pub struct PullStats {
     /// Chunks this rank copied into its rings for peers' pulls.
     pub chunks_served: u64,
     /// Large reads made the way of the pair's leader, while the two read from each
-    /// other at once ([`Reader::follow`]).
+    /// other at once (`Reader::follow`, in `pull.rs`).
     pub followed: u64,
 }
 
@@ -307,15 +307,18 @@ pub fn class(len: usize) -> usize {
     (log.saturating_sub(PULL_FROM.trailing_zeros()) as usize).min(CLASSES - 1)
 }
 
-/// How many of its own large reads of a size class a follower ([`Reader::follow`])
-/// makes the leader's way after the leader's count for the class last moved: while
-/// the two read from each other, each window of a stream both ways (64 messages in
-/// `rsmpi-bench bibw`) sees the count move; after that many without a move, the
-/// traffic is one way and the follower judges for itself.
+/// Where two ranks read large messages from each other, the lower one's judge
+/// decides for both (`Reader::lead` and `Reader::follow` in `pull.rs`) while the two
+/// read at once: the leader's count of reads of a size class moved within the
+/// follower's last this many reads of the class, and within as many it moved by
+/// other than one between two of them (one each way in turn is a ping-pong, judged
+/// each alone). Each window of a stream both ways (64 messages in `rsmpi-bench
+/// bibw`) moves the count; after this many reads without a move, the traffic is one
+/// way and the follower judges for itself.
 pub const FOLLOW_FOR: u32 = 64;
-/// While the peer reads too, the leader's choices each hold for this many of its
-/// large reads of a class ([`Reader::lead`], [`Ways::prefers_ring`]'s `run`): twice
-/// the [`WINDOW`] judged, so that the last samples of a run are taken after the
+/// While the peer reads at once, the leader's choices (its trials, judgements and
+/// explorations) each hold for this many of its large reads of a class: twice the
+/// four samples judged, so that the last samples of a run are taken after the
 /// follower has seen the leader's way.
 pub const RUN: u32 = 2 * WINDOW as u32;
 /// The way of a pair's large reads in a [`crate::ring::Told::ways`] word (its two
