@@ -1039,8 +1039,8 @@ impl Transport for ShmTransport {
             // but streams crossing both ways are read once by rule 19 without that
             // judge, and there pulls carried 32 KiB at twice a read's rate;
             // `docs/performance.md`, "Reads of 32–64 KiB judged too"). One judge
-            // for the pair, the lower slot's: where both read, the follower goes
-            // its way (`Reader::lead`, `Reader::follow`)
+            // for the pair, the lower slot's: where the two read from each other at
+            // once, the follower goes its way (`Reader::lead`, `Reader::follow`)
             ReadMode::Auto => {
                 let c = pull::class(dst.len());
                 let peer = self.producers[i].way(c);

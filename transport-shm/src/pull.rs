@@ -321,8 +321,8 @@ pub const FOLLOW_FOR: u32 = 64;
 /// four samples judged, so that the last samples of a run are taken after the
 /// follower has seen the leader's way.
 pub const RUN: u32 = 2 * WINDOW as u32;
-/// The way of a pair's large reads in a [`crate::ring::Told::ways`] word (its two
-/// low bits; the count of the leader's reads of the class above them).
+/// The way of a rank's latest large read in a [`crate::ring::Told::ways`] word (its
+/// two low bits; the count of that rank's reads of the class above them).
 const WAY_PULL: u32 = 1;
 const WAY_READ: u32 = 2;
 
@@ -486,8 +486,9 @@ impl Reader {
 
     /// As the follower of the pair, the way of the next large read of `len` bytes
     /// from the leader, whose word for the class is `leader`
-    /// ([`crate::ring::Told::ways`]): the leader's way while the leader reads from
-    /// this rank too ([`FOLLOW_FOR`]), else this reader's own judgement. Also
+    /// ([`crate::ring::Told::ways`]): the leader's way while the two read from each
+    /// other at once ([`Reader::peer_reads_along`]), else this reader's own
+    /// judgement. Also
     /// whether it is the own judgement's, so that the read's time is for that judge
     /// to count (a read made the leader's way is judged by the leader), and this
     /// reader's word to tell the leader.

@@ -184,7 +184,8 @@ pub struct Told {
     /// The way of the consumer's latest large read from the producer, per size class
     /// of `crate::pull`, with a count of them (`crate::pull::Reader::lead`; 0: none
     /// yet). Where the consumer leads the pair, the producer's own large reads from
-    /// it go the same way while the count moves (`crate::pull::Reader::follow`).
+    /// it go the same way while the two read at once (`crate::pull::Reader::follow`);
+    /// where the producer leads, its judge learns from the count whether they do.
     pub ways: [AtomicU32; crate::pull::CLASSES],
 }
 
