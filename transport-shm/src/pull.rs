@@ -329,7 +329,7 @@ const WAY_READ: u32 = 2;
 /// What a reader has seen of the peer's large reads of one size class, in the peer's
 /// [`crate::ring::Told::ways`] word.
 #[derive(Clone, Copy)]
-struct Led {
+struct PeerReads {
     /// The peer's count last seen.
     seen: u32,
     /// This reader's large reads of the class since the count moved, and since it
@@ -338,9 +338,9 @@ struct Led {
     since_along: u32,
 }
 
-impl Default for Led {
+impl Default for PeerReads {
     fn default() -> Self {
-        Led {
+        PeerReads {
             seen: 0,
             since_moved: FOLLOW_FOR,
             since_along: FOLLOW_FOR,
@@ -374,10 +374,10 @@ pub struct Reader {
     dsts: Vec<usize>,
     /// Per size class: this reader's large reads from the peer (the count in its
     /// [`crate::ring::Told::ways`] words).
-    leads: [u32; CLASSES],
+    told_reads: [u32; CLASSES],
     /// Per size class, what this reader has seen of the peer's large reads
     /// ([`Reader::peer_reads_along`]).
-    led: [Led; CLASSES],
+    peer: [PeerReads; CLASSES],
 }
 
 impl Default for Reader {
@@ -394,8 +394,8 @@ impl Default for Reader {
             seen: 0,
             since: Instant::now(),
             dsts: Vec::new(),
-            leads: [0; CLASSES],
-            led: [Led::default(); CLASSES],
+            told_reads: [0; CLASSES],
+            peer: [PeerReads::default(); CLASSES],
         }
     }
 }
@@ -435,7 +435,7 @@ impl Reader {
     /// there each judge alone measured better: with the pair's choice, 128 KiB–1 MiB
     /// one-way took 5–8 % longer.
     fn peer_reads_along(&mut self, len: usize, word: u32) -> bool {
-        let l = &mut self.led[class(len)];
+        let l = &mut self.peer[class(len)];
         let count = word >> 2;
         let moved = count.wrapping_sub(l.seen) & (u32::MAX >> 2);
         l.seen = count;
@@ -457,8 +457,8 @@ impl Reader {
     /// count of the class's large reads above them.
     fn told(&mut self, len: usize, pull: bool) -> u32 {
         let c = class(len);
-        self.leads[c] = self.leads[c].wrapping_add(1);
-        self.leads[c] << 2 | if pull { WAY_PULL } else { WAY_READ }
+        self.told_reads[c] = self.told_reads[c].wrapping_add(1);
+        self.told_reads[c] << 2 | if pull { WAY_PULL } else { WAY_READ }
     }
 
     /// As the leader of the pair (the lower of the two ranks' slots), the way of the
