@@ -965,7 +965,8 @@ impl Engine {
             _ => None,
         };
         let blocker = !(adv.is_some() || paused && self.mutated(Mutation::PausedNoHold));
-        self.recvs.insert(id, RecvState::posted(&spec, blocker));
+        self.recvs
+            .insert_with(id, || RecvState::posted(&spec, blocker));
         self.posted.insert(id.0, spec.ctx, spec.source, spec.tag);
         if blocker {
             self.blockers.posted(spec.ctx);
@@ -1010,7 +1011,7 @@ impl Engine {
                 outcome,
             });
         }
-        self.recvs.insert(id, RecvState::posted(spec, true));
+        self.recvs.insert_with(id, || RecvState::posted(spec, true));
         self.deliver_unexpected(id, e);
         Posting::Queued(id)
     }
@@ -1607,12 +1608,17 @@ impl Engine {
     /// payload: an eager send request, or an inline direct write into an advertised
     /// receive. Needs a free credit towards the destination and nothing queued before
     /// the message (no pending output, nothing in the outbox). The send is then
-    /// complete when this returns: the driver transmits the returned header followed
-    /// by the first `len` bytes of the buffer, and no id, `SendDone` or later output
-    /// refers to it. Returns `Ok(None)`, having changed nothing, when the send must go
+    /// complete when this returns `Some(len)`: the driver transmits the header written
+    /// into `header` (in place, [`wire::encode_into`]) followed by the first `len` bytes
+    /// of the buffer, and no id, `SendDone` or later output refers to it. Returns
+    /// `Ok(None)`, having changed nothing (`header` included), when the send must go
     /// through [`Engine::start_send`] instead.
     #[inline(always)]
-    pub fn send_now(&mut self, spec: &SendSpec) -> Result<Option<(Header, u64)>, CallError> {
+    pub fn send_now(
+        &mut self,
+        spec: &SendSpec,
+        header: &mut Header,
+    ) -> Result<Option<u64>, CallError> {
         self.check_rank(spec.dest)?;
         Self::check_tag(spec.tag)?;
         let p = &mut self.peers[spec.dest as usize];
@@ -1657,7 +1663,8 @@ impl Engine {
         };
         p.credits -= cost;
         let credit = std::mem::take(&mut p.owed);
-        Ok(Some((wire::encode(&Frame { credit, msg }), len)))
+        wire::encode_into(&Frame { credit, msg }, header);
+        Ok(Some(len))
     }
 
     /// A standard send to this rank itself that a posted receive takes at once, without

@@ -819,10 +819,22 @@ impl<K: Numbered, V> OneMap<K, V> {
     /// Inserts `v` under `k`; the value it replaces.
     #[inline(always)]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        self.insert_with(k, move || v)
+    }
+
+    /// [`Self::insert`] of the value `make` returns, made in the branch that stores it.
+    /// In the common cases the value's fields are then stored straight into its slot:
+    /// made first and moved, a value of several fields was read back with loads wider
+    /// than the stores that had just written it, which the CPU cannot forward, and the
+    /// loads waited for every store before them to leave the store buffer (a posted
+    /// receive's `RecvState`; `docs/performance.md`, "Values written where they are
+    /// read").
+    #[inline(always)]
+    pub fn insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> Option<V> {
         // the common cases, kept small enough to inline into every caller: the only
         // request, or the newest of a burst (`insert_more` would append it too)
         if self.one.is_none() && self.rest.is_empty() {
-            self.one = Some((k, v));
+            self.one = Some((k, make()));
             self.passed = 0;
             return None;
         }
@@ -832,11 +844,11 @@ impl<K: Numbered, V> OneMap<K, V> {
             && matches!(&self.one, Some((k1, _)) if *k1 != k)
         {
             self.passed += 1;
-            self.rest.push(Some((k, v)));
+            self.rest.push(Some((k, make())));
             self.rest.live += 1;
             return None;
         }
-        self.insert_more(k, v)
+        self.insert_more(k, make())
     }
 
     #[inline(never)]
@@ -1122,6 +1134,27 @@ mod tests {
         assert_eq!((a.len(), a[&1], a[&5000], a[&5001]), (3, 1, 5, 6));
         assert_eq!(a.remove(&1), Some(1));
         assert_eq!(a.len(), 2);
+    }
+
+    /// `insert_with` makes its value once, whichever way it stores it (the only entry,
+    /// the newest of a burst, or over an entry already there), and stores what it made.
+    #[test]
+    fn one_map_insert_with_makes_its_value_once() {
+        let mut m = OneMap::default();
+        let made = std::cell::Cell::new(0);
+        let make = |v: char| {
+            let made = &made;
+            move || {
+                made.set(made.get() + 1);
+                v
+            }
+        };
+        assert_eq!(m.insert_with(1u64, make('a')), None); // the only one
+        assert_eq!(m.insert_with(2, make('b')), None); // the newest of a burst
+        assert_eq!(m.insert_with(1, make('c')), Some('a')); // over the one beside
+        assert_eq!(m.insert_with(2, make('d')), Some('b')); // over one in the window
+        assert_eq!(made.get(), 4);
+        assert_eq!((m.len(), m[&1], m[&2]), (2, 'c', 'd'));
     }
 
     /// `take_if` removes an entry only when its closure returns something, from the

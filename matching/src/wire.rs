@@ -143,14 +143,35 @@ pub enum WireError {
     TrailingBytes(usize),
 }
 
-/// An encoded header, kept inline (no allocation on the hot path).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An encoded header, kept inline (no allocation on the hot path). Two headers are
+/// equal when their bytes are: what lies past them is not part of the header.
+#[derive(Clone, Copy, Debug)]
 pub struct Header {
     buf: [u8; MAX_HEADER],
     len: u8,
 }
 
+impl PartialEq for Header {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Header {}
+
+impl std::hash::Hash for Header {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
 impl Header {
+    /// No header yet (no bytes): what [`encode_into`] writes over.
+    pub const EMPTY: Header = Header {
+        buf: [0; MAX_HEADER],
+        len: 0,
+    };
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
@@ -211,10 +232,21 @@ fn tagsel_code(t: TagSel) -> u64 {
 /// Encodes a header. Tags must be non-negative (the engine validates them).
 #[inline]
 pub fn encode(f: &Frame) -> Header {
-    let mut h = Header {
-        buf: [0; MAX_HEADER],
-        len: 0,
-    };
+    let mut h = Header::EMPTY;
+    encode_into(f, &mut h);
+    h
+}
+
+/// [`encode`] into `h`, in place: what `h` held before is overwritten. The engine's
+/// send without a queue ([`crate::Engine::send_now`]) encodes into its caller's header
+/// this way, so that the header is written once, where the transport reads it, and not
+/// moved after: a move of the 65-byte `Header` reads it back with wide loads that
+/// overlap the narrower stores just made, which the CPU cannot forward, so each waited
+/// for every store before it to leave the store buffer (a window of 4 KiB sends spent
+/// a third of its sender's time there; `docs/performance.md`, "Values written where
+/// they are read").
+#[inline(always)]
+pub fn encode_into(f: &Frame, h: &mut Header) {
     if let Ctrl::SendReq {
         ctx,
         tag,
@@ -237,7 +269,7 @@ pub fn encode(f: &Frame) -> Header {
                 fl,
             ]);
             h.len = 7;
-            return h;
+            return;
         }
         if (f.credit | ctx | tag as u32) < 0x80 && len < SMALL_EAGER_LEN {
             // the same with a length of two bytes
@@ -252,7 +284,7 @@ pub fn encode(f: &Frame) -> Header {
                 fl,
             ]);
             h.len = 8;
-            return h;
+            return;
         }
     }
     encode_long(f, h)
@@ -260,7 +292,8 @@ pub fn encode(f: &Frame) -> Header {
 
 /// [`encode`] for every header but the small eager send request's.
 #[inline(never)]
-fn encode_long(f: &Frame, mut h: Header) -> Header {
+fn encode_long(f: &Frame, h: &mut Header) {
+    h.len = 0;
     h.push(VERSION);
     let k = match f.msg {
         Ctrl::RecvReq { .. } => kind::RECV_REQ,
@@ -337,7 +370,6 @@ fn encode_long(f: &Frame, mut h: Header) -> Header {
         }
         Ctrl::Credit { m } => h.varint(m),
     }
-    h
 }
 
 struct Reader<'a> {
@@ -632,6 +664,54 @@ fn decode_any(bytes: &[u8], total: usize) -> Result<(Frame, usize), WireError> {
 mod tests {
     use super::*;
 
+    /// `encode_into` writes over whatever its header held (a longer header, or
+    /// garbage) and gives `encode`'s bytes, short and long forms alike; headers are
+    /// equal, and hash alike, by their bytes alone.
+    #[test]
+    fn encode_into_writes_over_what_the_header_held() {
+        let small = |len| Frame {
+            credit: 3,
+            msg: Ctrl::SendReq {
+                ctx: 1,
+                tag: 9,
+                len,
+                flags: SendFlags::default(),
+                body: Body::Eager,
+            },
+        };
+        let long = Frame {
+            credit: 300,
+            msg: Ctrl::RecvReq {
+                ctx: 70_000,
+                tag: TagSel::Any,
+                buf: RemoteBuf {
+                    addr: 1 << 46,
+                    len: 1 << 40,
+                    key: 0xdead_beef,
+                },
+                m: 1 << 50,
+            },
+        };
+        let mut h = Header {
+            buf: [0xee; MAX_HEADER],
+            len: MAX_HEADER as u8,
+        };
+        for f in [long, small(8), small(4096), long, small(1 << 20), small(0)] {
+            encode_into(&f, &mut h);
+            assert_eq!(h.as_bytes(), encode(&f).as_bytes());
+            assert_eq!(h, encode(&f));
+            let hash = |h: &Header| {
+                use std::hash::{Hash, Hasher};
+                let mut s = std::collections::hash_map::DefaultHasher::new();
+                h.hash(&mut s);
+                s.finish()
+            };
+            assert_eq!(hash(&h), hash(&encode(&f)));
+        }
+        // the last one, 0 bytes of payload, took the 7-byte form over a longer one
+        assert_eq!(h.as_bytes().len(), 7);
+    }
+
     /// The small-eager fast path decodes exactly what the general decoder does, on
     /// near-miss and random headers alike.
     #[test]
@@ -720,12 +800,14 @@ mod tests {
                         body: Body::Eager,
                     },
                 };
-                let empty = Header {
-                    buf: [0; MAX_HEADER],
-                    len: 0,
+                // the long encoding into a header that held another one
+                let mut long = Header {
+                    buf: [0xee; MAX_HEADER],
+                    len: MAX_HEADER as u8,
                 };
+                encode_long(&f, &mut long);
                 let h = encode(&f);
-                assert_eq!(h.as_bytes(), encode_long(&f, empty).as_bytes(), "len {len}");
+                assert_eq!(h.as_bytes(), long.as_bytes(), "len {len}");
                 let mut b = h.as_bytes().to_vec();
                 b.resize(b.len() + len as usize, 0x5a);
                 assert_eq!(decode(&b), Ok((f, h.as_bytes().len())), "len {len}");

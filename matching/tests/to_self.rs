@@ -111,7 +111,11 @@ fn truncates_to_the_receive_and_says_so() {
 fn waits_behind_a_message_to_itself_still_on_its_way() {
     let mut e = engine(Config::default());
     // an eager send request to itself, not handled yet
-    let (header, len) = e.send_now(&send(7, 3)).unwrap().expect("eager");
+    let mut header = wire::Header::EMPTY;
+    let len = e
+        .send_now(&send(7, 3), &mut header)
+        .unwrap()
+        .expect("eager");
     let r = recv(&mut e, Source::Rank(ME), TagSel::Tag(7), 8, false);
     // the earlier message must take r: declined
     declines(&mut e, &send(7, 4));
@@ -138,7 +142,11 @@ fn never_takes_an_advertised_receive() {
     assert!(loop_back(&mut e, &[]).is_empty());
     // it has arrived: still declined, the advertisement is live
     declines(&mut e, &send(3, 8));
-    let (header, len) = e.send_now(&send(3, 8)).unwrap().expect("direct write");
+    let mut header = wire::Header::EMPTY;
+    let len = e
+        .send_now(&send(3, 8), &mut header)
+        .unwrap()
+        .expect("direct write");
     let mut bytes = header.as_bytes().to_vec();
     bytes.extend_from_slice(&[5u8; 8][..len as usize]);
     let d = e.handle(ME, &bytes).unwrap().expect("the notice fills r");
@@ -157,7 +165,10 @@ fn a_wildcard_receive_taken_releases_the_receives_held_behind_it() {
     assert!(e.has_output());
     declines(&mut e, &send(7, 1));
     loop_back(&mut e, &[]);
-    let (header, _) = e.send_now(&send(7, 1)).unwrap().expect("direct write");
+    let mut header = wire::Header::EMPTY;
+    e.send_now(&send(7, 1), &mut header)
+        .unwrap()
+        .expect("direct write");
     let mut bytes = header.as_bytes().to_vec();
     bytes.push(9);
     assert_eq!(e.handle(ME, &bytes).unwrap().unwrap().recv, held);

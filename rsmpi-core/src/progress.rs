@@ -845,7 +845,9 @@ impl State {
                 return Ok(true);
             }
         }
-        let Some((header, len)) = self.engine.send_now(&spec)? else {
+        // written in place by the engine, and read from here by the transport
+        let mut header = matching::wire::Header::EMPTY;
+        let Some(len) = self.engine.send_now(&spec, &mut header)? else {
             return Ok(false);
         };
         let mut spins = 0u32;

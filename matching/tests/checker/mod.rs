@@ -740,6 +740,7 @@ impl Step<'_> {
                         // as the driver does: a standard send to itself straight into
                         // a posted receive that takes it, else the fast path when the
                         // send can leave now
+                        let mut header = wire::Header::EMPTY;
                         let to_self = match dst == rank {
                             true => e.send_to_self(&spec).expect("valid send"),
                             false => None,
@@ -754,7 +755,9 @@ impl Step<'_> {
                             let data = self.p.payload(g)[d.range.clone()].to_vec();
                             self.w.sres[g] = SRes::Sent;
                             self.delivered(rank, d, &data);
-                        } else if let Some((header, len)) = e.send_now(&spec).expect("valid send") {
+                        } else if let Some(len) =
+                            e.send_now(&spec, &mut header).expect("valid send")
+                        {
                             self.carry(rank, dst, header.as_bytes(), Some((g, len)));
                             self.w.sres[g] = SRes::Sent;
                         } else {
