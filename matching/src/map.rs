@@ -383,8 +383,9 @@ impl<K: Numbered, V> Window<K, V> {
     /// The ring index of number `n`'s slot, if it is in the window.
     #[inline]
     fn slot(&self, n: u64) -> Option<usize> {
-        let i = usize::try_from(n.checked_sub(self.base)?).ok()?;
-        (i < self.len).then(|| self.at(i))
+        // one comparison: a number below `base` wraps to far beyond the window
+        let i = n.wrapping_sub(self.base);
+        (i < self.len as u64).then(|| self.at(i as usize))
     }
 
     /// Appends a slot holding `e` to the window (always inlined, so that a new
@@ -881,7 +882,6 @@ impl<K: Numbered, V> OneMap<K, V> {
     pub fn get(&self, k: &K) -> Option<&V> {
         match &self.one {
             Some((k1, v1)) if k1 == k => Some(v1),
-            _ if self.rest.is_empty() => None,
             _ => self.rest.get(k),
         }
     }
@@ -890,7 +890,6 @@ impl<K: Numbered, V> OneMap<K, V> {
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match &mut self.one {
             Some((k1, v1)) if k1 == k => Some(v1),
-            _ if self.rest.is_empty() => None,
             _ => self.rest.get_mut(k),
         }
     }
@@ -921,7 +920,6 @@ impl<K: Numbered, V> OneMap<K, V> {
                 }
                 None
             }
-            _ if self.rest.is_empty() => None,
             _ => self.rest.remove_if(k, take),
         }
     }
@@ -936,7 +934,6 @@ impl<K: Numbered, V> OneMap<K, V> {
                 self.one = None;
                 Some(r)
             }
-            _ if self.rest.is_empty() => None,
             _ => self.rest.take_if(k, take),
         }
     }
@@ -1112,6 +1109,85 @@ mod tests {
         assert_eq!((c.len(), c[&2]), (1, 'c'));
     }
 
+    /// The next number of a deterministic walk (a linear congruential generator's
+    /// high bits).
+    fn step_walk(x: &mut u64) -> u64 {
+        *x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *x >> 33
+    }
+
+    /// Every lookup and removal of a [`OneMap`] answers as a map does, with the key
+    /// beside the window or not, and the window empty, holding entries, or holding
+    /// only entries behind it: the lookups go to the window without first asking
+    /// whether it is empty, so a window that answered for a key it does not hold (an
+    /// emptied slot, a number below its base or far above it) fails here.
+    #[test]
+    fn one_map_answers_as_a_map() {
+        let mut m = OneMap::default();
+        let mut model = std::collections::BTreeMap::new();
+        let mut x: u64 = 99;
+        let mut next = 500u64;
+        for step in 0..30_000u64 {
+            let r = step_walk(&mut x);
+            // keys near the newest, below the first ever (0..500), or far above
+            let k = match (r >> 4) % 8 {
+                0 => (r >> 8) % 500,
+                1 => next + 1000 + (r >> 8) % 50,
+                _ => next.saturating_sub((r >> 8) % 80),
+            };
+            match r % 12 {
+                0..=3 => {
+                    next += 1 + (r >> 12) % 2;
+                    assert_eq!(m.insert(next, step), model.insert(next, step));
+                }
+                4 => assert_eq!(m.insert(k, step), model.insert(k, step)),
+                5 | 6 => assert_eq!(m.remove(&k), model.remove(&k), "step {step}"),
+                7 => {
+                    let want = match model.get(&k) {
+                        Some(v) if v % 2 == 0 => model.remove(&k),
+                        _ => None,
+                    };
+                    assert_eq!(m.remove_if(&k, |v| v % 2 == 0), want, "step {step}");
+                }
+                8 => {
+                    let want = match model.get(&k) {
+                        Some(v) if v % 3 != 0 => model.remove(&k).map(|v| v + 7),
+                        _ => None,
+                    };
+                    let got = m.take_if(&k, |v| (v % 3 != 0).then_some(v + 7));
+                    assert_eq!(got, want, "step {step}");
+                }
+                9 => {
+                    if let Some(v) = m.get_mut(&k) {
+                        *v += 1;
+                    }
+                    if let Some(v) = model.get_mut(&k) {
+                        *v += 1;
+                    }
+                }
+                10 => {
+                    // the oldest entries leave, as completed requests do: the map
+                    // empties now and then, and the window with it
+                    while let Some((&k, _)) = model.iter().next() {
+                        assert_eq!(m.remove(&k), model.remove(&k));
+                        if !(r >> 12).is_multiple_of(4) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            assert_eq!(m.get(&k), model.get(&k), "step {step}");
+            assert_eq!(m.contains_key(&(k + 1)), model.contains_key(&(k + 1)));
+            assert_eq!((m.len(), m.is_empty()), (model.len(), model.is_empty()));
+        }
+        let mut all: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
+        all.sort_unstable();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
     /// A request that stays beside the window gives its slot to a newer one once
     /// many have passed it; every entry is still found, and where one is kept does
     /// not change equality.
@@ -1232,10 +1308,7 @@ mod tests {
         let mut x: u64 = 12345;
         let mut next = 1000u64;
         for step in 0..20_000u64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let r = x >> 33;
+            let r = step_walk(&mut x);
             match r % 10 {
                 0..=4 => {
                     next += 1 + (r >> 8) % 3;
