@@ -288,6 +288,7 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         pending_gets: Default::default(),
         unexpose_later: Vec::new(),
         tools: None,
+        finish_hooks: caps.registers,
     })?;
     let u = Universe {
         _not_send: std::marker::PhantomData,

@@ -330,6 +330,11 @@ pub(crate) struct State {
     pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
     /// The built-in tools, while any is on (`crate::tools`).
     pub tools: Option<Box<crate::tools::Tools>>,
+    /// A completed receive has more to it than its buffer: the tools are on (their
+    /// hook sees it), or the transport registers memory (its exposure is undone).
+    /// One test on each completion for both (`Finish::finished`); set where either
+    /// is.
+    pub finish_hooks: bool,
     /// Receives completed inside a poll whose exposure is undone after it (only
     /// where the transport registers memory).
     pub unexpose_later: Vec<Key>,
@@ -346,6 +351,8 @@ pub(crate) struct Finish<'a> {
     owned_done: &'a mut HashMap<Key, Vec<u8>>,
     tools: &'a mut Option<Box<crate::tools::Tools>>,
     registers: bool,
+    /// [`State::finish_hooks`].
+    hooks: bool,
     unexpose_later: &'a mut Vec<Key>,
 }
 
@@ -378,13 +385,26 @@ impl Finish<'_> {
         outcome: RecvOutcome,
         dst: Option<RecvDst>,
     ) {
-        if W::ON && !cfg!(rsmpi_tools_out) && self.tools.is_some() {
-            self.received(recv);
-        }
         match dst {
             Some(RecvDst::Region(r)) => self.by_region.remove(&r),
             Some(RecvDst::Slice(..)) | None => {}
             Some(RecvDst::Owned(v)) => self.owned(recv, outcome, v),
+        }
+        // the tools' hook and the exposure behind one test: with neither, a
+        // completion tests one flag, as it tests `registers` with the tools compiled
+        // out (issue 14: the tools cost nothing when off)
+        if self.hooks {
+            self.finished_hooks::<W>(recv);
+        }
+    }
+
+    /// [`Self::finished`]'s part for the tools and for a registering transport. The
+    /// tools' hook runs after the buffer's bookkeeping, which it does not read: it
+    /// reads the receive's outcome from its slot.
+    #[inline(never)]
+    fn finished_hooks<W: crate::tools::Mode>(&mut self, recv: RecvId) {
+        if W::ON && !cfg!(rsmpi_tools_out) && self.tools.is_some() {
+            self.received(recv);
         }
         if self.registers {
             self.unexpose_later.push(Key::Recv(recv));
@@ -588,6 +608,7 @@ impl State {
             owned_done,
             tools,
             registers,
+            finish_hooks,
             unexpose_later,
             ..
         } = self;
@@ -598,6 +619,7 @@ impl State {
             owned_done,
             tools,
             registers: *registers,
+            hooks: *finish_hooks,
             unexpose_later,
         };
         (engine, &mut **transport, fin)

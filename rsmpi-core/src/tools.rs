@@ -587,6 +587,8 @@ pub(crate) fn init(world: &SimpleCommunicator) -> crate::Result<()> {
     }
     progress::with(|s| {
         s.tools = Some(Box::default());
+        // a completed receive goes to the tools' hook from now on
+        s.finish_hooks = true;
         // the tools number each channel's messages in the order MPI matches them
         s.engine.report_matches();
     });
