@@ -314,6 +314,25 @@ fn a_receive_completed_in_a_flush_keeps_its_record() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every wait is recorded, a send's that completed as it started too: with a tool
+/// on, such a send's request has a key of its own, not the one a wait with no tool
+/// on finishes without a visit to the library state (`traced ... waits`: 200
+/// rounds of an immediate send and receive of 8 bytes, each waited for alone).
+#[test]
+fn every_wait_is_recorded() {
+    let (dir, traces) = traced("trace-waits", 2, &["200", "1000", "waits"], "1M");
+    assert!(chrome::check(&traces).is_empty());
+    for t in &traces {
+        let waits = t
+            .records
+            .iter()
+            .filter(|r| r.kind == format::Kind::Enter && r.call() == Some(format::Op::Wait))
+            .count();
+        assert_eq!(waits, 2 * 200, "rank {}", t.rank);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn trace_memory_stays_under_the_soft_threshold_plus_one_chunk() {
     // 2 ranks x 210 000 sendrecvs (a send, a receive and the call's one record each)

@@ -6,7 +6,8 @@
 //! other slot of a strided view; every `EVERY` iterations the ranks
 //! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
 //! point-to-point-only program). `big` leaves out the large messages and probes
-//! (the memory test wants many small events). `spin=US` computes for `US`
+//! (the memory test wants many small events). `waits` runs only a loop of small
+//! immediate sends and receives, each request waited for alone. `spin=US` computes for `US`
 //! microseconds (a busy wait on the clock) at the start of every iteration, and
 //! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
 //! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
@@ -44,6 +45,10 @@ fn main() {
     let left = world.process_at_rank((me + n - 1) % n);
     if args.iter().any(|a| a == "straddle") {
         straddle(&world, iters);
+        return;
+    }
+    if args.iter().any(|a| a == "waits") {
+        waits(&world, iters);
         return;
     }
     let mut large_in = vec![0u8; 64 << 10];
@@ -152,5 +157,24 @@ fn straddle(world: &rsmpi::topology::SimpleCommunicator, iters: u64) {
         if me == 0 {
             assert!(rbuf.iter().all(|b| *b == i as u8), "message {i}");
         }
+    }
+}
+
+/// The `waits` loop: `iters` rounds of a small immediate send to the right, which
+/// completes as it starts, and an immediate receive from the left, each request
+/// waited for alone.
+fn waits(world: &rsmpi::topology::SimpleCommunicator, iters: u64) {
+    let (me, n) = (world.rank(), world.size());
+    let right = world.process_at_rank((me + 1) % n);
+    let left = world.process_at_rank((me + n - 1) % n);
+    for i in 0..iters {
+        let mut got = 0u64;
+        request::scope(|sc| {
+            let r = left.immediate_receive_into_with_tag(sc, &mut got, 3);
+            let s = right.immediate_send_with_tag(sc, &i, 3);
+            s.wait();
+            r.wait();
+        });
+        assert_eq!(got, i);
     }
 }
