@@ -314,10 +314,12 @@ fn a_receive_completed_in_a_flush_keeps_its_record() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Every wait is recorded, a send's that completed as it started too: with a tool
-/// on, such a send's request has a key of its own, not the one a wait with no tool
-/// on finishes without a visit to the library state (`traced ... waits`: 200
-/// rounds of an immediate send and receive of 8 bytes, each waited for alone).
+/// Every wait is recorded, a send's that completed as it started too: that request
+/// is the one a wait with no tool on finishes without a visit to the library state,
+/// so a wait that did not ask whether a tool is on first would skip its record
+/// (`traced ... waits`: 200 rounds of an immediate send and receive of 8 bytes,
+/// each waited for alone; `docs/performance.md`, "The tools' switch found by the
+/// state's own test").
 #[test]
 fn every_wait_is_recorded() {
     let (dir, traces) = traced("trace-waits", 2, &["200", "1000", "waits"], "1M");

@@ -7,8 +7,8 @@
 //! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
 //! point-to-point-only program). `big` leaves out the large messages and probes
 //! (the memory test wants many small events). `waits` runs only a loop of small
-//! immediate sends and receives, each request waited for alone. `spin=US` computes for `US`
-//! microseconds (a busy wait on the clock) at the start of every iteration, and
+//! immediate sends and receives, each request waited for alone. `spin=US` computes
+//! for `US` microseconds (a busy wait on the clock) at the start of every iteration, and
 //! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
 //! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
 //! tracing. With `abort`, rank 1 ends the job with `MPI_Abort` (code 7) after the
@@ -48,7 +48,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "waits") {
-        waits(&world, iters);
+        waits(&left, &right, iters);
         return;
     }
     let mut large_in = vec![0u8; 64 << 10];
@@ -163,10 +163,7 @@ fn straddle(world: &rsmpi::topology::SimpleCommunicator, iters: u64) {
 /// The `waits` loop: `iters` rounds of a small immediate send to the right, which
 /// completes as it starts, and an immediate receive from the left, each request
 /// waited for alone.
-fn waits(world: &rsmpi::topology::SimpleCommunicator, iters: u64) {
-    let (me, n) = (world.rank(), world.size());
-    let right = world.process_at_rank((me + 1) % n);
-    let left = world.process_at_rank((me + n - 1) % n);
+fn waits(left: &rsmpi::topology::Process<'_>, right: &rsmpi::topology::Process<'_>, iters: u64) {
     for i in 0..iters {
         let mut got = 0u64;
         request::scope(|sc| {
