@@ -13,7 +13,7 @@ use matching::wire::{self, Body, Ctrl};
 use transport::{Caps, Posted, Rank, RemoteBuf, Transport, TransportError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
+pub(crate) enum Fault {
     Reorder,
     Drop,
     Duplicate,
@@ -29,14 +29,18 @@ pub(crate) struct Faulty {
 
 const VICTIM: u64 = 20;
 
-/// Wraps `t` if `RSMPI_FAULT` asks for a fault.
-pub(crate) fn wrap(t: Box<dyn Transport>) -> Box<dyn Transport> {
-    let fault = match std::env::var("RSMPI_FAULT").as_deref() {
-        Ok("reorder") => Fault::Reorder,
-        Ok("drop") => Fault::Drop,
-        Ok("duplicate") => Fault::Duplicate,
-        _ => return t,
-    };
+/// The fault `RSMPI_FAULT` asks for, if any.
+pub(crate) fn asked() -> Option<Fault> {
+    match std::env::var("RSMPI_FAULT").as_deref() {
+        Ok("reorder") => Some(Fault::Reorder),
+        Ok("drop") => Some(Fault::Drop),
+        Ok("duplicate") => Some(Fault::Duplicate),
+        _ => None,
+    }
+}
+
+/// Wraps `t` to inject `fault`.
+pub(crate) fn wrap(t: Box<dyn Transport>, fault: Fault) -> Box<dyn Transport> {
     eprintln!("rsmpi: rank {}: injecting fault {fault:?}", t.rank());
     Box::new(Faulty {
         inner: t,

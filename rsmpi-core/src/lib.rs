@@ -45,6 +45,7 @@ pub mod environment;
 mod error;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod link;
 pub mod point_to_point;
 mod progress;
 pub mod request;

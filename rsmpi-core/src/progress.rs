@@ -293,7 +293,7 @@ impl DoneTable {
 
 pub(crate) struct State {
     pub engine: Engine,
-    pub transport: Box<dyn Transport>,
+    pub transport: crate::link::Link,
     /// Short name of the transports in use (`Universe::transport`).
     pub transport_kind: String,
     pub regions: Regions,

@@ -23,6 +23,7 @@ use launcher::Boot;
 use transport::route::Routed;
 use transport::{Exchange, Rank, Transport};
 
+use crate::link::Link;
 use crate::{Error, Result};
 
 /// Key under which each rank publishes its node's name.
@@ -119,10 +120,10 @@ pub(crate) fn ranges(ranks: &[Rank]) -> String {
     out.join(",")
 }
 
-fn shm(boot: &mut Boot, local: &[Rank]) -> Result<Box<dyn Transport>> {
+fn shm(boot: &mut Boot, local: &[Rank]) -> Result<Link> {
     let t = transport_shm::ShmTransport::with_local(boot, local)
         .map_err(|e| Error::Transport(format!("shared memory: {e}")))?;
-    Ok(Box::new(t))
+    Ok(Link::Shm(Box::new(t)))
 }
 
 /// Why the network transport did not open: it cannot run here (the caller may fall
@@ -242,14 +243,14 @@ fn network(
 /// Opens the transports this rank uses, as the environment asks. Collective over the
 /// job: every rank makes the same decisions from the same exchanged node names.
 /// Returns the transport and its short name (`shm`, `verbs`, `ofi`, `shm+verbs`, …).
-pub(crate) fn open(boot: &mut Boot) -> Result<(Box<dyn Transport>, String)> {
+pub(crate) fn open(boot: &mut Boot) -> Result<(Link, String)> {
     let choice = choice(boot)?;
     let (me, size) = (boot.rank(), boot.size());
     let debug = std::env::var("RSMPI_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
     let all: Vec<Rank> = (0..size).collect();
-    let (t, line): (Box<dyn Transport>, String) = match choice {
+    let (t, line): (Link, String) = match choice {
         Choice::Net(which) => match network(boot, false, which) {
-            Ok((t, name)) => (t, format!("{name} to ranks {}", ranges(&all))),
+            Ok((t, name)) => (Link::Any(t), format!("{name} to ranks {}", ranges(&all))),
             // verbs asked for where it cannot run: shared memory, if the job allows
             Err(NetError::Unavailable(why)) => {
                 let local = local_ranks(boot)?;
@@ -291,9 +292,9 @@ pub(crate) fn open(boot: &mut Boot) -> Result<(Box<dyn Transport>, String)> {
                     ranges(&local),
                     ranges(&far)
                 );
-                let t = Routed::new(vec![near, far_t], route)
+                let t = Routed::new(vec![near.into_dyn(), far_t], route)
                     .map_err(|e| Error::Transport(e.to_string()))?;
-                (Box::new(t), line)
+                (Link::Any(Box::new(t)), line)
             }
         }
     };

@@ -508,6 +508,41 @@ impl std::fmt::Debug for ShmTransport {
 }
 
 impl ShmTransport {
+    /// [`Transport::try_send`], called directly: a caller that holds this transport
+    /// by its type, rather than as `dyn Transport`, has it inlined into its send
+    /// path (rsmpi's `Link`; `docs/performance.md`, "Shared memory's send called
+    /// directly").
+    #[inline(always)]
+    pub fn send_now(
+        &mut self,
+        peer: Rank,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<(), TransportError> {
+        let len = header.len() + payload.len();
+        if len > MAX_CTRL {
+            return Err(TransportError::TooLarge { len, max: MAX_CTRL });
+        }
+        // built only when needed: an error made eagerly by `ok_or` was dropped on
+        // every send, through its drop glue (18 instructions per message)
+        #[allow(clippy::unnecessary_lazy_evaluations)]
+        let i = self
+            .slot_of(peer)
+            .ok_or_else(|| TransportError::NoSuchRank(peer))?;
+        let sent = if i == self.me {
+            self.loopback.try_push(header, payload)
+        } else if payload.len() as u64 > LONE_READ_ABOVE {
+            self.push_timed(i, header, payload)
+        } else {
+            self.producers[i].try_push(header, payload)
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err(TransportError::Full(peer))
+        }
+    }
+
     /// Sets up the transport for this rank; collective over all ranks of the job (two
     /// fences of `ex`). See the crate docs for the steps.
     pub fn new(ex: &mut dyn Exchange) -> Result<Self, TransportError> {
@@ -825,28 +860,7 @@ impl Transport for ShmTransport {
         header: &[u8],
         payload: &[u8],
     ) -> Result<(), TransportError> {
-        let len = header.len() + payload.len();
-        if len > MAX_CTRL {
-            return Err(TransportError::TooLarge { len, max: MAX_CTRL });
-        }
-        // built only when needed: an error made eagerly by `ok_or` was dropped on
-        // every send, through its drop glue (18 instructions per message)
-        #[allow(clippy::unnecessary_lazy_evaluations)]
-        let i = self
-            .slot_of(peer)
-            .ok_or_else(|| TransportError::NoSuchRank(peer))?;
-        let sent = if i == self.me {
-            self.loopback.try_push(header, payload)
-        } else if payload.len() as u64 > LONE_READ_ABOVE {
-            self.push_timed(i, header, payload)
-        } else {
-            self.producers[i].try_push(header, payload)
-        };
-        if sent {
-            Ok(())
-        } else {
-            Err(TransportError::Full(peer))
-        }
+        self.send_now(peer, header, payload)
     }
 
     fn poll(
