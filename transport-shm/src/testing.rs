@@ -271,12 +271,22 @@ pub fn run_ranks(role: &str, n: u32, timeout: Duration, body: impl FnOnce(RankEn
         return;
     }
     let out = spawn_ranks(role, n, timeout);
-    for (r, s) in out.status.iter().enumerate() {
-        assert!(s.success(), "{role}: rank {r} failed: {s}");
-        assert!(
-            out.ran[r],
-            "{role}: rank {r} exited without running the test body"
-        );
+    // every rank that failed, not only the first: a rank that waits for a failed peer
+    // fails too, later, and its panic alone would hide the cause
+    let failed: Vec<String> = out
+        .status
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.success())
+        .map(|(r, s)| format!("rank {r} ({s})"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{role}: {} failed; their panics are above",
+        failed.join(", ")
+    );
+    for (r, ran) in out.ran.iter().enumerate() {
+        assert!(ran, "{role}: rank {r} exited without running the test body");
     }
     assert!(
         out.left.is_empty(),
