@@ -7,11 +7,14 @@
  *
  *   bench_ref latency|bw|bibw|pingpong-preposted [--quick] [--min-size B] [--max-size B]
  *   bench_ref mbw_mr [--quick] [--min-size B] [--max-size B]      (2P ranks: P pairs)
+ *   bench_ref queue-depth [--quick]
  *   bench_ref allreduce|bcast|reduce|allgather|alltoall|barrier [--quick] [--min-size B] [--max-size B]
  *
  * Output (rank 0, stdout): one line per size, "size value..." where value is one-way
  * latency in us (latency), MB/s (bw, bibw), or "plain preposted post" in us
- * (pingpong-preposted), "MB/s msg/s" summed over the pairs (mbw_mr: rank i < P
+ * (pingpong-preposted), "latency post first" in us with N receives posted
+ * (queue-depth, N in the size column: as queue_depth in benches/src/rank.rs),
+ * "MB/s msg/s" summed over the pairs (mbw_mr: rank i < P
  * sends windows to rank i + P, as mbw_mr in benches/src/rank.rs), or "avg min max"
  * over the ranks of each rank's mean time per call in us (the collectives, as OSU's
  * osu_allreduce etc.: see coll() and `collective` in benches/src/rank.rs). Lines
@@ -214,6 +217,61 @@ static void preposted_loop(int me, long size, long n, double *lat, double *post)
     free(reqs);
 }
 
+/* Posts n receives from peer into the 4-byte buffers of idle, on tags 10000 + i that
+ * never match, into reqs (allocated and written before the clock): the posting time
+ * in us. */
+static double post_each(int peer, char *idle, long n, MPI_Request *reqs) {
+    double t0 = MPI_Wtime();
+    for (long i = 0; i < n; i++)
+        MPI_Irecv(idle + 4 * i, 4, MPI_CHAR, peer, 10000 + (int)i, MPI_COMM_WORLD, &reqs[i]);
+    return (MPI_Wtime() - t0) * 1e6;
+}
+
+static void cancel_all(long n, MPI_Request *reqs) {
+    for (long i = 0; i < n; i++) MPI_Cancel(&reqs[i]);
+    for (long i = 0; i < n; i++) {
+        MPI_Status st;
+        int cancelled = 0;
+        MPI_Wait(&reqs[i], &st);
+        MPI_Test_cancelled(&st, &cancelled);
+        if (!cancelled) {
+            fprintf(stderr, "bench_ref queue-depth: a non-matching receive matched\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+}
+
+/* Queue depth: a 4-byte ping-pong with N receives posted that never match, N = 0, 16,
+ * 256, 4096; the first burst of each N (posted and cancelled: in a process's first
+ * one, the library's tables grow) timed apart from the second, which stays posted
+ * through the ping-pong. As queue_depth in benches/src/rank.rs. */
+static void queue_depth(int me) {
+    static const long depths[] = {0, 16, 256, 4096};
+    int peer = 1 - me;
+    char sbuf[4] = {'q', 'q', 'q', 'q'}, rbuf[4];
+    for (int d = 0; d < 4; d++) {
+        long n = depths[d];
+        char *idle = msg_alloc(4 * n + 4);
+        MPI_Request *reqs = malloc(sizeof(MPI_Request) * (n + 1));
+        memset(idle, 0, 4 * n + 4);
+        memset(reqs, 0, sizeof(MPI_Request) * (n + 1));
+        int iters, skip;
+        lat_iters(4, &iters, &skip);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double first = post_each(peer, idle, n, reqs);
+        cancel_all(n, reqs);
+        memset(reqs, 0, sizeof(MPI_Request) * (n + 1));
+        double post = post_each(peer, idle, n, reqs);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double lat = pingpong(me, sbuf, rbuf, 4, iters, skip, 1);
+        cancel_all(n, reqs);
+        if (me == 0) printf("%ld %.4f %.4f %.4f\n", n, lat, post, first);
+        fflush(stdout);
+        free(idle);
+        free(reqs);
+    }
+}
+
 /* osu_mbw_mr without the barrier between warm-up and timing: P pairs, rank i < P
  * sending windows to rank i + P, each window acknowledged; rank 0 prints the total
  * MB/s and messages/s of all pairs. As mbw_mr in benches/src/rank.rs. */
@@ -292,6 +350,12 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     pin(me, n);
+    if (!strcmp(bench, "queue-depth")) {
+        if (me == 0) printf("# bench_ref queue-depth\n");
+        queue_depth(me);
+        MPI_Finalize();
+        return 0;
+    }
     int peer = 1 - me;
     if (me == 0) printf("# bench_ref %s\n", bench);
     for (long size = 0; size <= max; size = size ? size * 2 : 1) {

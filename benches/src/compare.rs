@@ -9,7 +9,14 @@ const SOURCE: &str = include_str!("../reference/bench_ref.c");
 
 /// Benchmarks the C reference implements (besides the collectives,
 /// [`crate::report::COLLECTIVES`]).
-pub const COMPARABLE: [&str; 5] = ["latency", "bw", "bibw", "pingpong-preposted", "mbw_mr"];
+pub const COMPARABLE: [&str; 6] = [
+    "latency",
+    "bw",
+    "bibw",
+    "pingpong-preposted",
+    "queue-depth",
+    "mbw_mr",
+];
 /// The benchmarks `--across-hosts` runs (one rank on each of two hosts).
 pub const ACROSS_HOSTS: [&str; 4] = ["latency", "bw", "bibw", "pingpong-preposted"];
 
@@ -343,6 +350,13 @@ impl Reference {
                     push("preposted", l[2], "us", n);
                     push("post", l[3], "us", n);
                     push("preposted+post", l[2] + l[3], "us", n);
+                }
+                // "N latency post first" (us), N receives posted
+                "queue-depth" if l.len() >= 4 => {
+                    let it = crate::rank::lat_iters(4, quick).0;
+                    push("latency", l[1], "us", it);
+                    push("post total", l[2], "us", s);
+                    push("first post total", l[3], "us", s);
                 }
                 // collectives: "size avg min max" (us)
                 b if crate::report::is_collective(b) && l.len() >= 4 => {

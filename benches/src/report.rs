@@ -183,13 +183,16 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
     }
     // ratio columns: for every rsmpi column whose metric also has reference columns
     // (the derived metrics `post` and `preposted+post` get none; mbw_mr's is its
-    // message rate); (rsmpi column, metric, unit, higher better). The best reference
-    // is looked for in the same metric *and unit*: mbw_mr's MB/s and msg/s rows share
-    // a metric, and from 1 MiB a reference's MB/s outnumbers its msg/s
-    let mut ratios: Vec<(String, String, String, bool)> = Vec::new();
+    // message rate; queue-depth's, one per matching mode); (rsmpi column, metric,
+    // unit, higher better, label). The best reference is looked for in the same
+    // metric *and unit*: mbw_mr's MB/s and msg/s rows share a metric, and from 1 MiB
+    // a reference's MB/s outnumbers its msg/s
+    let mut ratios: Vec<(String, String, String, bool, String)> = Vec::new();
     for r in rs.iter().filter(|r| {
         r.implementation == "rsmpi"
-            && (matches!(r.metric.as_str(), "" | "plain" | "preposted") || r.unit == "msg/s")
+            && (matches!(r.metric.as_str(), "" | "plain" | "preposted")
+                || r.unit == "msg/s"
+                || r.benchmark == "queue-depth")
     }) {
         let has_ref = rs
             .iter()
@@ -197,7 +200,17 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
         let c = column(r);
         if has_ref && !ratios.iter().any(|(rc, ..)| *rc == c) {
             let unit = r.unit.clone();
-            ratios.push((c, r.metric.clone(), unit, higher_is_better(&r.unit)));
+            let hb = higher_is_better(&r.unit);
+            let label = match (r.benchmark == "queue-depth", r.metric.is_empty()) {
+                (true, _) => format!("rsmpi/best {} {}", r.matching, r.metric),
+                (false, true) => "rsmpi/best".to_string(),
+                (false, false) => format!("rsmpi/best {}", r.metric),
+            };
+            let label = match hb {
+                true => format!("{label} (>1 better)"),
+                false => format!("{label} (<1 better)"),
+            };
+            ratios.push((c, r.metric.clone(), unit, hb, label));
         }
     }
     let mut table: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
@@ -222,17 +235,7 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
     for c in &cols {
         write!(out, " {:>w$}", c, w = w(c))?;
     }
-    for (_, m, _, hb) in &ratios {
-        let label = if m.is_empty() {
-            "rsmpi/best".to_string()
-        } else {
-            format!("rsmpi/best {m}")
-        };
-        let label = if *hb {
-            format!("{label} (>1 better)")
-        } else {
-            format!("{label} (<1 better)")
-        };
+    for (.., label) in &ratios {
         write!(out, " {label:>12}")?;
     }
     writeln!(out)?;
@@ -244,8 +247,8 @@ fn print_by_size(b: &str, rs: &[&Row], out: &mut impl Write) -> std::io::Result<
                 None => write!(out, " {:>w$}", "-", w = w(c))?,
             }
         }
-        for (rc, m, unit, hb) in &ratios {
-            let label_w = if m.is_empty() { 10 } else { 11 + m.len() } + 12;
+        for (rc, m, unit, hb, label) in &ratios {
+            let label_w = label.len().max(12);
             let best = rs
                 .iter()
                 .filter(|x| {

@@ -4,6 +4,7 @@
 //! peers, contexts), [`Window`] and [`OneMap`] (numbered keys: requests, arrivals).
 
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
@@ -179,8 +180,13 @@ impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
     /// [`Self::entry`] for a key other than the one beside the table.
     #[inline(never)]
     fn entry_cold(&mut self, key: K) -> &mut V {
-        let at = self
-            .warm
+        let Sparse {
+            hot,
+            warm,
+            map,
+            sweep_at,
+        } = self;
+        let at = warm
             .iter()
             .map_while(Option::as_ref)
             .position(|(k, _)| *k == key);
@@ -188,46 +194,60 @@ impl<K: Eq + Hash + Copy, V: Vacant + Default> Sparse<K, V> {
             // a key in use takes the slot beside the table from one whose entry is
             // vacant: otherwise a key that came first and went quiet (a tool's
             // channel, a finished phase's) keeps every later one out of it
-            if self.hot.as_ref().is_some_and(|(_, v)| v.is_vacant()) {
-                std::mem::swap(&mut self.hot, &mut self.warm[i]);
-                return &mut self.hot.as_mut().expect("hot").1;
+            if hot.as_ref().is_some_and(|(_, v)| v.is_vacant()) {
+                std::mem::swap(hot, &mut warm[i]);
+                return &mut hot.as_mut().expect("hot").1;
             }
-            return &mut self.warm[i].as_mut().expect("warm").1;
+            return &mut warm[i].as_mut().expect("warm").1;
         }
-        if !self.map.is_empty() && self.map.contains_key(&key) {
-            return self.map.get_mut(&key).expect("present");
+        if map.is_empty() {
+            return match Self::reuse(hot, warm, key) {
+                Some(v) => v,
+                None => map.entry(key).or_default(),
+            };
         }
-        // a new key takes the slot beside the table, or else the first slot next to
-        // it, that holds nothing (reusing its allocation); otherwise it goes into
-        // the table
-        match &self.hot {
-            None => return &mut self.hot.insert((key, V::default())).1,
+        if map.len() >= *sweep_at {
+            map.retain(|_, v| !v.is_vacant());
+            *sweep_at = (2 * map.len()).max(SWEEP_MIN);
+        }
+        // one lookup finds the key or the place to insert it (a burst of receives
+        // on tags of their own: one hash each, not two)
+        match map.entry(key) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(place) => match Self::reuse(hot, warm, key) {
+                Some(v) => v,
+                None => place.insert(V::default()),
+            },
+        }
+    }
+
+    /// A slot for new `key` beside the table, if one is free: the slot next to it,
+    /// or else the first warm slot that holds nothing (reusing its allocation).
+    fn reuse<'a>(
+        hot: &'a mut Option<(K, V)>,
+        warm: &'a mut [Option<(K, V)>; WARM],
+        key: K,
+    ) -> Option<&'a mut V> {
+        match hot {
+            None => return Some(&mut hot.insert((key, V::default())).1),
             Some((_, v)) if v.is_vacant() => {
-                let (k, v) = self.hot.as_mut().expect("hot");
+                let (k, v) = hot.as_mut().expect("hot");
                 *k = key;
-                return v;
+                return Some(v);
             }
             Some(_) => {}
         }
-        let free = self
-            .warm
+        let i = warm
             .iter()
-            .position(|s| s.as_ref().is_none_or(|(_, v)| v.is_vacant()));
-        if let Some(i) = free {
-            let slot = &mut self.warm[i];
-            return match slot {
-                Some((k, v)) => {
-                    *k = key;
-                    v
-                }
-                None => &mut slot.insert((key, V::default())).1,
-            };
-        }
-        if self.map.len() >= self.sweep_at {
-            self.map.retain(|_, v| !v.is_vacant());
-            self.sweep_at = (2 * self.map.len()).max(SWEEP_MIN);
-        }
-        self.map.entry(key).or_default()
+            .position(|s| s.as_ref().is_none_or(|(_, v)| v.is_vacant()))?;
+        let slot = &mut warm[i];
+        Some(match slot {
+            Some((k, v)) => {
+                *k = key;
+                v
+            }
+            None => &mut slot.insert((key, V::default())).1,
+        })
     }
 
     fn occupied(&self) -> impl Iterator<Item = (&K, &V)> {
@@ -404,18 +424,21 @@ impl<K: Numbered, V> Window<K, V> {
         self.len += 1;
     }
 
-    /// Doubles the ring, its slots in window order from index 0.
+    /// Doubles the ring (full: called when the window fills it) in place. The
+    /// allocation grows (a large one by the C library remapping its pages, not
+    /// copying them) and only the new half is written, so a burst of entries
+    /// touches each page of the final ring once rather than every ring on the way;
+    /// the slots that had wrapped round to the ring's start then move to follow its
+    /// old end, where the window now continues.
     #[inline(never)]
     fn grow(&mut self) {
-        let cap = (2 * self.ring.len()).max(16);
-        let mut ring: Vec<Option<(K, V)>> = Vec::with_capacity(cap);
-        for i in 0..self.len {
-            let j = self.at(i);
-            ring.push(self.ring[j].take());
-        }
-        ring.resize_with(cap, || None);
-        self.ring = ring;
-        self.head = 0;
+        debug_assert_eq!(self.len, self.ring.len(), "the ring grows when full");
+        let old = self.ring.len();
+        let cap = (2 * old).max(16);
+        self.ring.reserve_exact(cap - old);
+        self.ring.resize_with(cap, || None);
+        let (front, back) = self.ring.split_at_mut(old);
+        front[..self.head].swap_with_slice(&mut back[..self.head]);
     }
 
     /// Whether number `n` would be appended to the window, next to its last slot,
@@ -1295,6 +1318,40 @@ mod tests {
 
     fn window_entries(w: &Window<u64, u64>) -> Vec<(u64, u64)> {
         w.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// The ring grows in place when the window has wrapped round its end: the
+    /// entries keep their order and their numbers, and the window goes on past them.
+    #[test]
+    fn window_grows_when_wrapped() {
+        let mut w = Window::default();
+        for k in 0..16u64 {
+            w.insert(k, k * 10);
+        }
+        for k in 0..5u64 {
+            assert_eq!(w.remove(&k), Some(k * 10));
+        }
+        // the window now starts at slot 5 of 16: the next five wrap to slots 0..5,
+        // and the one after fills the ring, which then grows
+        assert_eq!((w.head, w.ring.len()), (5, 16));
+        for k in 16..22u64 {
+            w.insert(k, k * 10);
+        }
+        assert_eq!(
+            (w.head, w.ring.len()),
+            (5, 32),
+            "grown with the window in place"
+        );
+        for k in 22..80u64 {
+            w.insert(k, k * 10);
+        }
+        let want: Vec<_> = (5..80).map(|k| (k, k * 10)).collect();
+        assert_eq!(window_entries(&w), want);
+        for k in 5..80 {
+            assert_eq!(w.get(&k), Some(&(k * 10)));
+        }
+        assert_eq!((w.get(&4), w.get(&80)), (None, None));
+        assert_eq!(w.placement(), (75, 0));
     }
 
     /// A `Window` behaves as a map whatever order keys come in: gaps, keys below
