@@ -468,6 +468,49 @@ mod tests {
         assert!(line.trim_end().ends_with("1.16"), "{text}");
     }
 
+    /// queue-depth: a ratio column for each matching mode and metric, each against
+    /// the best reference of that metric.
+    #[test]
+    fn queue_depth_ratios_per_mode_and_metric() {
+        let mut rows = Vec::new();
+        for (imp, matching, metric, v) in [
+            ("rsmpi", "both", "latency", 0.1),
+            ("rsmpi", "receiver", "latency", 0.3),
+            ("rsmpi", "both", "post total", 100.0),
+            ("rsmpi", "receiver", "post total", 120.0),
+            ("openmpi-ucx", "-", "latency", 0.2),
+            ("mpich", "-", "latency", 9.0),
+            ("openmpi-ucx", "-", "post total", 80.0),
+            ("mpich", "-", "post total", 50.0),
+        ] {
+            let mut r = row(imp, 4096, v, "us");
+            r.benchmark = "queue-depth".into();
+            r.matching = matching.into();
+            r.metric = metric.into();
+            rows.push(r);
+        }
+        let mut out = Vec::new();
+        print_tables(&rows, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let header = text.lines().find(|l| l.starts_with("# N")).unwrap();
+        let labels: Vec<&str> = header.split("rsmpi/best ").skip(1).collect();
+        let labels: Vec<&str> = labels.iter().map(|l| l.trim_end()).collect();
+        assert_eq!(
+            labels,
+            [
+                "both latency (<1 better)",
+                "receiver latency (<1 better)",
+                "both post total (<1 better)",
+                "receiver post total (<1 better)"
+            ],
+            "{text}"
+        );
+        let line = text.lines().find(|l| l.starts_with("4096")).unwrap();
+        let ratios: Vec<&str> = line.split_whitespace().rev().take(4).collect();
+        // latency against UCX's 0.2, posting against MPICH's 50
+        assert_eq!(ratios, ["2.40", "2.00", "1.50", "0.50"], "{text}");
+    }
+
     #[test]
     fn human_sizes() {
         assert_eq!(human(4 << 20), "4 MiB");

@@ -80,7 +80,7 @@ impl Vacant for Seqs {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Seqs {
     buf: Vec<u64>,
-    /// Entries before this one were taken.
+    /// Entries before this one were taken; below `buf.len()`, or both are 0.
     head: usize,
 }
 
@@ -506,12 +506,12 @@ impl<K: Numbered, V> Window<K, V> {
         self.len += 1;
     }
 
-    /// Doubles the ring (full: called when the window fills it) in place. The
-    /// allocation grows (a large one by the C library remapping its pages, not
-    /// copying them) and only the new half is written, so a burst of entries
-    /// touches each page of the final ring once rather than every ring on the way;
-    /// the slots that had wrapped round to the ring's start then move to follow its
-    /// old end, where the window now continues.
+    /// Doubles the ring (full: called when the window fills it) in place: the
+    /// allocation grows (moved, if it must move, as one block rather than slot by
+    /// slot) and only the new half is written; the slots that had wrapped round to
+    /// the ring's start then move to follow its old end, where the window now
+    /// continues. (The pages a burst of entries first touches are the same either
+    /// way: `docs/performance.md`, "Posting next to the references".)
     #[inline(never)]
     fn grow(&mut self) {
         debug_assert_eq!(self.len, self.ring.len(), "the ring grows when full");
