@@ -97,9 +97,11 @@
 //! and no header is left to match again once the 43-bit sequence wraps, which small
 //! laps bring nearer for lines far into the ring), and the header of every pad, then
 //! publishes the new `head` with `Release`. A one-line record's header is cleared and
-//! released when the callback returns; longer records are cleared and released later,
-//! when the ring is next found empty or more than one maximum record ([`HOLD_BYTES`]) is
-//! held, so that the clearing is not between reading a message and answering it. The
+//! released when the callback returns; a longer record is cleared and released later,
+//! when the ring is next found empty or the next such record is read (or more than one
+//! maximum record, [`HOLD_BYTES`], is held), so that the clearing is not between
+//! reading a message and answering it, while in a stream the producer has its space
+//! back one record later and can keep to the small lap. The
 //! producer writes only the data area, the header words and `progress`; the consumer
 //! writes only `head` and the clears, all ordered by `head`.
 //!
