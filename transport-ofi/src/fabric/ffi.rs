@@ -483,6 +483,10 @@ const CTX_RECV: u64 = 2 << 56;
 const CTX_RMA: u64 = 3 << 56;
 const CTX_KIND: u64 = 0xff << 56;
 
+/// The longest endpoint address [`Endpoint::name`] takes (a string format's, such as
+/// the shm provider's, is as long as the process's id makes it).
+pub(crate) const NAME_MAX: usize = 512;
+
 /// An opened, enabled RDM endpoint with its queues, registrations and bounce pools.
 pub(crate) struct Endpoint {
     raw: NonNull<RawEp>,
@@ -582,10 +586,10 @@ impl Endpoint {
         }
     }
 
-    /// This endpoint's address (fi_getname).
+    /// This endpoint's address (fi_getname), at most [`NAME_MAX`] bytes.
     pub fn name(&self) -> Result<Vec<u8>, FiError> {
         self.check_open()?;
-        let mut buf = vec![0u8; 512];
+        let mut buf = vec![0u8; NAME_MAX];
         let mut len = buf.len();
         // SAFETY: `buf` is writable for `len` bytes; the shim writes at most `len` and
         // stores the needed length in `len`.
@@ -605,7 +609,7 @@ impl Endpoint {
         // to the NUL); the zero padding keeps that inside our buffer whatever a peer
         // published.
         let mut padded = addr.to_vec();
-        padded.resize(addr.len() + 512, 0);
+        padded.resize(addr.len() + NAME_MAX, 0);
         let mut fi_addr = u64::MAX;
         // SAFETY: `padded` is readable for its whole (padded) length, which covers what
         // the provider reads; `fi_addr` is a valid place for the result.

@@ -362,13 +362,7 @@ impl OfiTransport {
         }
         for r in 0..size {
             let addr = ex.lookup(r, KEY_ADDR)?;
-            if addr.len() != name.len() {
-                return Err(TransportError::Exchange(format!(
-                    "rank {r} published a {}-byte {KEY_ADDR}, ours has {} bytes",
-                    addr.len(),
-                    name.len()
-                )));
-            }
+            peer_addr_fits(r, &addr)?;
             let fi_addr =
                 t.ep.av_insert(&addr)
                     .map_err(|e| TransportError::Exchange(format!("address of rank {r}: {e}")))?;
@@ -929,9 +923,36 @@ impl Transport for OfiTransport {
     }
 }
 
+/// Whether rank `r`'s published address `addr` is one [`Endpoint::av_insert`] can
+/// take: not empty, and no longer than [`ffi::NAME_MAX`]. Addresses of one provider
+/// need not be of one length: the shm provider's is a string holding the process's
+/// id, one byte longer for a rank whose id has one more digit (a job whose ids
+/// straddled 10 000 failed to start while this demanded equal lengths).
+fn peer_addr_fits(r: Rank, addr: &[u8]) -> Result<(), TransportError> {
+    if addr.is_empty() || addr.len() > ffi::NAME_MAX {
+        return Err(TransportError::Exchange(format!(
+            "rank {r} published a {}-byte {KEY_ADDR} (1 to {} bytes expected)",
+            addr.len(),
+            ffi::NAME_MAX
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_addresses_may_differ_in_length_within_bounds() {
+        // shm addresses of processes 9999 and 10000
+        assert!(peer_addr_fits(1, b"fi_shm://9999:0\0").is_ok());
+        assert!(peer_addr_fits(2, b"fi_shm://10000:0\0").is_ok());
+        assert!(peer_addr_fits(3, &[7; ffi::NAME_MAX]).is_ok());
+        let empty = peer_addr_fits(4, b"").unwrap_err().to_string();
+        assert!(empty.contains("rank 4 published a 0-byte"), "{empty}");
+        assert!(peer_addr_fits(5, &[7; ffi::NAME_MAX + 1]).is_err());
+    }
 
     fn settings(set: &[&str], verbs: bool) -> Vec<(&'static str, String)> {
         rxm_receive_settings(|v| set.contains(&v), verbs)
