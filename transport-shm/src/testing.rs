@@ -211,8 +211,26 @@ pub fn mark_ran(env: &RankEnv) {
 
 /// Runs `n` children that re-execute the current test binary with `role` as the
 /// (exact) test name, each as one rank of a fresh job, and waits for all of them.
-/// On `timeout` kills them all and panics.
+/// On `timeout` kills them all and panics. Every rank runs to its end, whatever the
+/// others do: for the tests of a rank's failure, which its peers must survive.
 pub fn spawn_ranks(role: &str, n: u32, timeout: Duration) -> Outcome {
+    spawn_ranks_until(role, n, timeout, None)
+}
+
+/// How long the other ranks of a [`run_ranks`] job may run on once one has failed,
+/// before they are killed: long enough for a peer's own failure (often caused by the
+/// first, `PeerGone`) to be reported, far shorter than a test's timeout, which a rank
+/// waiting for its failed peer would otherwise sit out.
+pub const AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// [`spawn_ranks`]; with `after_failure`, the ranks still running that long after one
+/// exited unsuccessfully are killed (their status then says so: SIGKILL).
+fn spawn_ranks_until(
+    role: &str,
+    n: u32,
+    timeout: Duration,
+    after_failure: Option<Duration>,
+) -> Outcome {
     let (job, dir) = new_job(role);
     let exe = std::env::current_exe().expect("current_exe");
     let mut children: Vec<Child> = (0..n)
@@ -231,13 +249,28 @@ pub fn spawn_ranks(role: &str, n: u32, timeout: Duration) -> Outcome {
                 .expect("spawn child rank")
         })
         .collect();
-    let deadline = Instant::now() + timeout;
+    let mut deadline = Instant::now() + timeout;
     let mut status: Vec<Option<ExitStatus>> = vec![None; n as usize];
+    let mut cut_short = false;
     while status.iter().any(Option::is_none) {
         for (c, s) in children.iter_mut().zip(status.iter_mut()) {
             if s.is_none() {
                 *s = c.try_wait().expect("wait for child");
             }
+        }
+        let failed = status.iter().flatten().any(|s| !s.success());
+        if let (Some(grace), true, false) = (after_failure, failed, cut_short) {
+            cut_short = true;
+            deadline = deadline.min(Instant::now() + grace);
+        }
+        if Instant::now() > deadline && cut_short {
+            for (c, s) in children.iter_mut().zip(status.iter_mut()) {
+                if s.is_none() {
+                    let _ = c.kill();
+                    *s = Some(c.wait().expect("wait for killed child"));
+                }
+            }
+            break;
         }
         if Instant::now() > deadline {
             for c in &mut children {
@@ -263,14 +296,15 @@ pub fn spawn_ranks(role: &str, n: u32, timeout: Duration) -> Outcome {
 /// The usual multi-process test: in a child spawned for `role`, runs `body` as that
 /// rank (a panic fails the child); in the parent, spawns `n` ranks and asserts that all
 /// ran `body` to the end and exited successfully within `timeout`, leaving no shm
-/// segment behind.
+/// segment behind. Once a rank has failed, the others are killed [`AFTER_FAILURE`]
+/// later, and the test fails naming every rank that failed or was killed.
 pub fn run_ranks(role: &str, n: u32, timeout: Duration, body: impl FnOnce(RankEnv)) {
     if let Some(env) = child_env(role) {
         body(env.clone());
         mark_ran(&env);
         return;
     }
-    let out = spawn_ranks(role, n, timeout);
+    let out = spawn_ranks_until(role, n, timeout, Some(AFTER_FAILURE));
     // every rank that failed, not only the first: a rank that waits for a failed peer
     // fails too, later, and its panic alone would hide the cause
     let failed: Vec<String> = out

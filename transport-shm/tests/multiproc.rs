@@ -1068,3 +1068,37 @@ fn local_subset_must_include_this_rank() {
     assert!(e.to_string().contains("below 2"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A rank that fails ends its job `AFTER_FAILURE` later, not at the test's timeout:
+/// its peer, which would wait for it until then, is killed, and the failure names
+/// both ranks.
+#[test]
+fn a_failed_rank_ends_the_job_early() {
+    const ROLE: &str = "a_failed_rank_ends_the_job_early";
+    if let Some(env) = child_env(ROLE) {
+        if env.rank == 1 {
+            panic!("rank 1 fails on purpose");
+        }
+        // a peer that would wait for the failed rank until the test's timeout
+        std::thread::sleep(Duration::from_secs(120));
+        mark_ran(&env);
+        return;
+    }
+    let t0 = Instant::now();
+    let r = std::panic::catch_unwind(|| {
+        run_ranks(ROLE, 2, Duration::from_secs(120), |_| {
+            unreachable!("the ranks run the body above")
+        })
+    });
+    let took = t0.elapsed();
+    let e = r.expect_err("a job with a failed rank passed");
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("rank 0 (signal: 9") && msg.contains("rank 1 (exit status: 101)"),
+        "{msg}"
+    );
+    assert!(
+        took >= transport_shm::testing::AFTER_FAILURE && took < Duration::from_secs(60),
+        "the job took {took:?}"
+    );
+}
