@@ -339,6 +339,14 @@ const SLACK: u32 = 4;
 /// that has turned one-way soon goes eager again.
 pub const CROSS_HOLD: u32 = 128;
 
+/// The [`Config::tell_after`] rsmpi uses: a receiver whose credits ride back on its
+/// replies tells its sender how far it has read after 256 send requests (or every
+/// `low_water`, if more), one explicit message per 256 rather than per `low_water`
+/// (5 on the verbs transport's 64 KiB rings, where each is a work request and a
+/// doorbell). The sender's list of send requests kept for crossing replays is in runs
+/// of one context and tag, so it holds at most this many runs past the last `m` told.
+pub const TELL_AFTER: u32 = 256;
+
 impl Peer {
     /// Whether a stream of this rank's is in flight to the peer: two sends or more
     /// not finished (waiting for a reply, queued, or not yet sent), or more credits
@@ -531,12 +539,14 @@ struct SendReqFields {
 
 impl Engine {
     /// A new engine for rank `me` of a job of `size` ranks.
-    pub fn new(me: Rank, size: u32, cfg: Config) -> Engine {
+    pub fn new(me: Rank, size: u32, mut cfg: Config) -> Engine {
         assert!(me < size, "rank {me} outside a job of {size}");
         assert!(
             cfg.credits >= 1 && (1..=cfg.credits).contains(&cfg.low_water),
             "need credits >= 1 and 1 <= low_water <= credits"
         );
+        // never more often than `low_water` (rule 13): one comparison in `arrived`
+        cfg.tell_after = cfg.tell_after.max(cfg.low_water);
         let peer = Peer {
             credits: cfg.credits,
             pause_len: cfg.adapt_pause,
@@ -780,15 +790,16 @@ impl Engine {
 
     /// A message from `from` arrived: takes the credits it returns (more than `from`
     /// was given is a protocol violation) and, unless it is an explicit credit
-    /// message, counts its `cost` as consumed. Returns credits explicitly when many
-    /// are owed, or tells `from` how far it has read once `low_water` send requests
-    /// have come since it last did (rule 13): credits that ride back on messages carry
-    /// no `m`, and without it `from` would keep every send request for crossing
-    /// replays. Always inlined, with the credit message out of line (see
-    /// [`Self::flush`]); one access to the peer's state.
+    /// message, counts its `cost` as consumed. Returns credits explicitly when
+    /// `low_water` are owed, or tells `from` how far it has read once
+    /// [`Config::tell_after`] send requests have come since it last did (rule 13):
+    /// credits that ride back on messages carry no `m`, and without it `from` would
+    /// keep every send request for crossing replays. Always inlined, with the credit
+    /// message out of line (see [`Self::flush`]); one access to the peer's state.
     #[inline(always)]
     fn arrived(&mut self, from: Rank, credit: u32, cost: Option<u32>) -> Result<(), ProtocolError> {
         let (max, lw, tell) = (self.cfg.credits, self.cfg.low_water, !self.closing);
+        let tell_after = self.cfg.tell_after;
         let p = &mut self.peers[from as usize];
         p.credits = p
             .credits
@@ -802,7 +813,7 @@ impl Engine {
             return Ok(());
         };
         p.owed += cost;
-        if p.owed >= lw || (tell && p.sendreq_seen - p.told >= u64::from(lw)) {
+        if p.owed >= lw || (tell && p.sendreq_seen - p.told >= u64::from(tell_after)) {
             self.credit_back(from);
         }
         Ok(())

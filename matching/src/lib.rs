@@ -102,7 +102,7 @@ mod types;
 pub mod wire;
 
 pub use engine::{
-    Deliver, Early, Engine, GetInto, Output, Posting, RecvSpec, SendSpec, CROSS_HOLD,
+    Deliver, Early, Engine, GetInto, Output, Posting, RecvSpec, SendSpec, CROSS_HOLD, TELL_AFTER,
 };
 pub use map::{Numbered, OneMap, Window};
 pub use types::*;

@@ -189,6 +189,15 @@ pub struct Config {
     pub credits: u32,
     /// A receiver returns credits in an explicit message once this many are owed.
     pub low_water: u32,
+    /// A receiver whose credits all ride back on its own messages still tells its
+    /// sender how far it has read, in an explicit `Credit{m}`, once this many send
+    /// requests have come since it last did (rule 13), so that the sender's list of
+    /// send requests kept for crossing replays stays bounded. Never more often than
+    /// every `low_water` (a smaller value counts as `low_water`). Each tell is a
+    /// message of its own: on a small channel (RDMA rings of 64 KiB, `low_water` 5) a
+    /// ping-pong sent one after every fifth message; rsmpi uses
+    /// [`TELL_AFTER`](crate::TELL_AFTER).
+    pub tell_after: u32,
     /// Size-weighted credits: with `credit_unit` = U > 0 a message carrying `p` payload
     /// bytes costs `1 + p / U` credits, so a channel sized in bytes holds many small
     /// messages or few large ones; 0 = one credit per message. A cost is capped at
@@ -245,6 +254,7 @@ impl Default for Config {
             inline_limit: 0,
             credits: 32,
             low_water: 16,
+            tell_after: 0,
             credit_unit: 0,
             adapt_after: 4,
             adapt_pause: 64,

@@ -2524,6 +2524,50 @@ fn handle_head_delivers_only_into_posted_receives() {
     }
 }
 
+/// `Config::tell_after`: a receiver whose credits ride back on its answers tells its
+/// sender how far it has read only once that many send requests have come since it
+/// last did, not every `low_water` (on the verbs transport's small rings, `low_water`
+/// is 5, and each tell was a message of its own after every fifth of a ping-pong);
+/// a value below `low_water` counts as `low_water`.
+#[test]
+fn credits_on_messages_tell_how_far_the_receiver_read_after_tell_after() {
+    let mut w = World::two(cfg(|c| {
+        c.low_water = 4;
+        c.tell_after = 12;
+        c.advertise_above = u64::MAX; // nothing advertised: no receive request tells m
+    }));
+    let mut told = Vec::new();
+    for _ in 0..75 {
+        let r = w.post(1, R0, t(1), 8);
+        let s = w.send(0, 1, 1, 8, STD);
+        w.deliver_all(0, 1);
+        w.assert_received(1, r, 0, s, 1);
+        // every message answered at once: the credits never reach `low_water`
+        let r0 = w.post(0, Source::Rank(1), t(2), 8);
+        let s1 = w.send(1, 0, 2, 8, STD);
+        told.extend(w.peek(1, 0).into_iter().filter_map(|c| match c {
+            Ctrl::Credit { m } => Some(m),
+            _ => None,
+        }));
+        w.run();
+        w.assert_received(0, r0, 1, s1, 2);
+    }
+    // 75 send requests read: an m told once per 12 of them, not once per 4 (a tell
+    // can leave in the visit after its message's, so the last 3 tell nothing yet)
+    assert_eq!(told, [12, 24, 36, 48, 60, 72], "told");
+    assert!(w.eng.iter().all(|e| e.is_idle()));
+    // below `low_water`: as `low_water`
+    let e = Engine::new(
+        0,
+        2,
+        cfg(|c| {
+            c.low_water = 4;
+            c.tell_after = 2;
+        }),
+    );
+    assert_eq!(e.config().tell_after, 4);
+}
+
 /// Credits that ride back on messages carry no `m`. A receiver whose credits all go
 /// back that way still tells its sender how far it has read once every `low_water`
 /// send requests (rule 13), in an explicit `Credit{m}`, so that the sender's list of

@@ -302,6 +302,7 @@ const SMALL_CFG: Config = Config {
     inline_limit: 4,
     credits: 2,
     low_water: 1,
+    tell_after: 0,
     credit_unit: 4,
     adapt_after: 1,
     adapt_pause: 1,

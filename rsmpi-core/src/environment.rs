@@ -48,6 +48,7 @@ pub fn config_from_env() -> Result<Config> {
     let mut c = Config {
         eager_limit: DEFAULT_EAGER_LIMIT,
         inline_limit: DEFAULT_INLINE_LIMIT,
+        tell_after: matching::TELL_AFTER,
         ..Config::default()
     };
     if let Ok(v) = std::env::var("RSMPI_INLINE_LIMIT") {
