@@ -660,11 +660,23 @@ impl State {
     /// Undoes the exposures of receives that completed inside a poll.
     #[inline]
     fn unexpose_finished(&mut self) {
-        if !self.unexpose_later.is_empty() {
-            for k in std::mem::take(&mut self.unexpose_later) {
-                self.unexpose(k);
-            }
+        if self.unexpose_later.is_empty() {
+            return;
         }
+        if self.exposures.is_empty() {
+            // receives that were not exposed (every eager one): no lookups
+            self.unexpose_later.clear();
+            return;
+        }
+        // the list is given back with its capacity: taking it for good cost a
+        // receive an allocation on a network transport (`docs/performance.md`,
+        // "An idle poll on verbs")
+        let mut keys = std::mem::take(&mut self.unexpose_later);
+        for &k in &keys {
+            self.unexpose(k);
+        }
+        keys.clear();
+        self.unexpose_later = keys;
     }
 
     fn poll_incoming(&mut self, max: usize) -> usize {
@@ -769,6 +781,11 @@ impl State {
             self.fatal("completion", &e);
         }
         let n = done.len();
+        if n == 0 {
+            // each idle poll on a network transport: nothing to drop either (a
+            // buffer kept in the state for this, taken and put back, cost more)
+            return 0;
+        }
         for (token, r) in done {
             if let Err(e) = r {
                 self.fatal(

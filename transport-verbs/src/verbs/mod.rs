@@ -127,7 +127,11 @@ pub struct VerbsTransport {
     done: VecDeque<(u64, Result<(), TransportError>)>,
     to_self: VecDeque<Vec<u8>>,
     next_peer: usize,
+    /// Where `reap` has the completion queue written (kept here, not copied per poll).
     wc: [Wc; 32],
+    /// `poll` reaped the completion queue since the last `poll_done`, which then need
+    /// not reap it again: the progress loop calls the two back to back.
+    reaped: bool,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> TransportError {
@@ -291,6 +295,7 @@ impl VerbsTransport {
             to_self: VecDeque::new(),
             next_peer: 0,
             wc: [Wc::default(); 32],
+            reaped: false,
         })
     }
 
@@ -440,8 +445,7 @@ impl VerbsTransport {
     fn reap(&mut self) -> usize {
         let mut total = 0;
         loop {
-            let mut wc = self.wc;
-            let n = match self.dev.poll(&mut wc) {
+            let n = match self.dev.poll(&mut self.wc) {
                 Ok(n) => n,
                 Err(e) => {
                     for p in &mut self.peers {
@@ -451,11 +455,12 @@ impl VerbsTransport {
                     return total;
                 }
             };
-            for c in &wc[..n] {
-                self.complete(c);
+            for i in 0..n {
+                let c = self.wc[i];
+                self.complete(&c);
             }
             total += n;
-            if n < wc.len() {
+            if n < self.wc.len() {
                 return total;
             }
         }
@@ -687,7 +692,8 @@ impl Transport for VerbsTransport {
         let rec = record_len(len) as u64;
         let at_credit = peer as usize * CREDIT_STRIDE;
         let p = self.peer(peer)?;
-        let pos = p.head % ring;
+        // a power of two (checked in `new`)
+        let pos = p.head & (ring - 1);
         let wrap = pos + rec > ring;
         let need = rec + if wrap { ring - pos } else { 0 };
         // SAFETY: the credit slot is inside the credit mapping and 8-byte aligned.
@@ -766,6 +772,7 @@ impl Transport for VerbsTransport {
         f: &mut dyn FnMut(Rank, &[u8]),
     ) -> Result<usize, TransportError> {
         self.reap();
+        self.reaped = true;
         let mut n = 0;
         while n < max {
             let Some(m) = self.to_self.pop_front() else {
@@ -776,11 +783,16 @@ impl Transport for VerbsTransport {
         }
         let size = self.size as usize;
         let ring = self.ring as u64;
-        for k in 0..size {
+        // rings are a power of two, and peers taken in turn without a division: an
+        // idle poll (a waiting rank's loop) is mostly this
+        let next = |q: usize| if q + 1 == size { 0 } else { q + 1 };
+        let mut q = self.next_peer;
+        for _ in 0..size {
             if n >= max {
                 break;
             }
-            let p = ((self.next_peer + k) % size) as Rank;
+            let p = q as Rank;
+            q = next(q);
             if p == self.me {
                 continue;
             }
@@ -791,7 +803,7 @@ impl Transport for VerbsTransport {
             let mut got = false;
             while n < max {
                 let peer = &self.peers[p as usize];
-                let pos = (peer.tail % ring) as usize;
+                let pos = (peer.tail & (ring - 1)) as usize;
                 // SAFETY: `base + pos` is inside the ring mapping, 8-byte aligned
                 // (records are 64-byte aligned).
                 let word = unsafe { ffi::read_u64(self.rings.as_ptr().add(base + pos)) };
@@ -832,7 +844,7 @@ impl Transport for VerbsTransport {
                 self.return_credit(p)?;
             }
         }
-        self.next_peer = (self.next_peer + 1) % size;
+        self.next_peer = next(self.next_peer);
         Ok(n)
     }
 
@@ -978,7 +990,12 @@ impl Transport for VerbsTransport {
         &mut self,
         f: &mut dyn FnMut(u64, Result<(), TransportError>),
     ) -> Result<usize, TransportError> {
-        self.reap();
+        // the progress loop has just polled (and reaped): a completion that came
+        // since is reaped by its next poll. A caller that calls `poll_done` alone
+        // reaps every time (only the first call after a `poll` skips it).
+        if !std::mem::take(&mut self.reaped) {
+            self.reap();
+        }
         let n = self.done.len();
         while let Some((t, r)) = self.done.pop_front() {
             f(t, r);
