@@ -31,6 +31,11 @@
 #   that all 64 messages arrive, and waits on them (one wait_all / MPI_Waitall). Both
 #   ranks run under callgrind, each collecting in its own side's function; per message
 #   = (I(WN2) - I(WN1)) / ((WN2 - WN1) * 64). The message rate is the slower side's.
+# * idle test: two ranks on shared memory. Rank 0 tests a pending receive from rank 1
+#   while rank 1 sleeps (examples/idlepoll.rs, reference/idlepoll.c): one visit of the
+#   progress engine that finds nothing, which a waiting rank repeats until its message
+#   comes. Only rank 0 runs under callgrind, collecting in the function `tests`; per
+#   test = (I(IN2) - I(IN1)) / (IN2 - IN1).
 #
 # Needs valgrind; the C references need `sh benches/reference/install.sh` and are
 # skipped when their compiler is missing.
@@ -40,6 +45,7 @@
 #   AN1=200 AN2=1200 AREPEAT=3           (the answer loop's rounds, and the runs
 #                                         each count is the lowest of)
 #   WN1=20 WN2=120                       (the window loop's windows)
+#   IN1=1000 IN2=11000                   (the idle loop's tests)
 #   TOOLS_OUT=0                          (skip the row "tools out": rsmpi built with
 #                                         RUSTFLAGS="--cfg rsmpi_tools_out", the
 #                                         built-in tools compiled out, in
@@ -56,6 +62,8 @@ AN2=${AN2:-1200}
 AREPEAT=${AREPEAT:-3}
 WN1=${WN1:-20}
 WN2=${WN2:-120}
+IN1=${IN1:-1000}
+IN2=${IN2:-11000}
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -148,6 +156,21 @@ answer() { # fn, program, launcher...: instructions per round of the answer loop
     fi
 }
 
+idle() { # fn, program, launcher...: instructions per idle test
+    fn=$1; prog=$2; shift 2
+    export CGFN="$fn" CGRANK=0
+    for n in "$IN1" "$IN2"; do
+        c=$(lowest 1 0 "$@" "$out/rank.sh" "$prog" "$n")
+        eval "y$n=\$c"
+    done
+    eval "a=\$y$IN1 b=\$y$IN2"
+    if [ -n "$a" ] && [ -n "$b" ]; then
+        echo "$(( (b - a) / (IN2 - IN1) ))"
+    else
+        echo "-"
+    fi
+}
+
 naps() { # fn, program: instructions of PR sleeps alone
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
         --callgrind-out-file="$out/cgn" "$2" "$PR" sleep 2>"$out/errn" >/dev/null
@@ -163,45 +186,54 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
 }
 
 cargo build --release --quiet -p rsmpi --example selfloop --example pairloop --example bwloop \
-    --example answerloop -p rsmpirun --bin rsmpirun
-row() { printf '%-12s %12s %12s %12s %12s %12s\n' "$@"; }
-row implementation "self (8 B)" "pair (8 B)" "answer (8 B)" "window send" "window recv"
-row "" "instr/round" "instr/round" "instr/round" "instr/msg" "instr/msg"
+    --example answerloop --example idlepoll -p rsmpirun --bin rsmpirun
+row() { printf '%-12s %12s %12s %12s %12s %12s %12s\n' "$@"; }
+row implementation "self (8 B)" "pair (8 B)" "answer (8 B)" "window send" "window recv" "idle test"
+row "" "instr/round" "instr/round" "instr/round" "instr/msg" "instr/msg" "instr/test"
 rs_self=$(per_round rsmpi target/release/examples/selfloop)
 rs_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' target/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
 rs_ans=$(answer answerloop::answer target/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
-# shellcheck disable=SC2046
-row rsmpi "$rs_self" "$rs_pair" "$rs_ans" $(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+rs_win=$(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+rs_idle=$(idle '*idlepoll*tests*' target/release/examples/idlepoll target/release/rsmpirun -n 2 --timeout 300)
+# shellcheck disable=SC2086
+row rsmpi "$rs_self" "$rs_pair" "$rs_ans" $rs_win "$rs_idle"
 if [ "${TOOLS_OUT:-1}" = 1 ]; then
     # the same loops with the built-in tools compiled out: the difference from the row
     # above is what the tools cost when they are off (issue 14's target: nothing)
     t=target/tools-out
     CARGO_TARGET_DIR=$t RUSTFLAGS="--cfg rsmpi_tools_out" cargo build --release --quiet \
-        -p rsmpi --example selfloop --example pairloop --example bwloop --example answerloop
+        -p rsmpi --example selfloop --example pairloop --example bwloop --example answerloop \
+        --example idlepoll
     o_self=$(per_round rsmpi-out $t/release/examples/selfloop)
     o_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' $t/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
     o_ans=$(answer answerloop::answer $t/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
-    # shellcheck disable=SC2046
-    row "tools out" "$o_self" "$o_pair" "$o_ans" $(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+    o_win=$(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
+    o_idle=$(idle '*idlepoll*tests*' $t/release/examples/idlepoll target/release/rsmpirun -n 2 --timeout 300)
+    # shellcheck disable=SC2086
+    row "tools out" "$o_self" "$o_pair" "$o_ans" $o_win "$o_idle"
 fi
 if command -v mpicc.mpich >/dev/null; then
-    for l in selfloop pairloop bwloop answerloop; do
+    for l in selfloop pairloop bwloop answerloop idlepoll; do
         mpicc.mpich -O2 -o "$out/$l-mpich" "benches/reference/$l.c"
     done
     s=$(per_round mpich "$out/selfloop-mpich")
     p=$(pair rounds naps "$out/pairloop-mpich" timeout 300 mpirun.mpich -n 2)
     a=$(answer answer "$out/answerloop-mpich" timeout 300 mpirun.mpich -n 2)
-    # shellcheck disable=SC2046
-    row mpich "$s" "$p" "$a" $(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
+    w=$(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
+    i=$(idle tests "$out/idlepoll-mpich" timeout 300 mpirun.mpich -n 2)
+    # shellcheck disable=SC2086
+    row mpich "$s" "$p" "$a" $w "$i"
 fi
 if command -v mpicc.openmpi >/dev/null; then
-    for l in selfloop pairloop bwloop answerloop; do
+    for l in selfloop pairloop bwloop answerloop idlepoll; do
         mpicc.openmpi -O2 -o "$out/$l-ompi" "benches/reference/$l.c"
     done
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
     s=$(per_round openmpi "$out/selfloop-ompi")
     p=$(pair rounds naps "$out/pairloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
     a=$(answer answer "$out/answerloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
-    # shellcheck disable=SC2046
-    row openmpi "$s" "$p" "$a" $(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
+    w=$(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
+    i=$(idle tests "$out/idlepoll-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
+    # shellcheck disable=SC2086
+    row openmpi "$s" "$p" "$a" $w "$i"
 fi
