@@ -140,35 +140,29 @@ lowest() { # runs, rank, launcher... (ending in the rank script, program, args):
     echo "$low"
 }
 
-answer() { # fn, program, launcher...: instructions per round of the answer loop,
-           # each count the lowest of AREPEAT jobs
-    fn=$1; prog=$2; shift 2
-    export CGFN="$fn" CGRANK=1
-    for n in "$AN1" "$AN2"; do
-        c=$(lowest "$AREPEAT" 1 "$@" "$out/rank.sh" "$prog" "$n")
-        eval "x$n=\$c"
-    done
-    eval "a=\$x$AN1 b=\$x$AN2"
-    if [ -n "$a" ] && [ -n "$b" ]; then
-        echo "$(( (b - a) / (AN2 - AN1) ))"
+between() { # fn, rank, runs, n1, n2, program, launcher...: instructions per unit of
+            # rank's function between n1 and n2 units, each count the lowest of runs
+            # jobs; "-" if a job collected nothing
+    bfn=$1; brank=$2; bruns=$3; bn1=$4; bn2=$5; bprog=$6; shift 6
+    export CGFN="$bfn" CGRANK="$brank"
+    ba=$(lowest "$bruns" "$brank" "$@" "$out/rank.sh" "$bprog" "$bn1")
+    bb=$(lowest "$bruns" "$brank" "$@" "$out/rank.sh" "$bprog" "$bn2")
+    if [ -n "$ba" ] && [ -n "$bb" ]; then
+        echo "$(( (bb - ba) / (bn2 - bn1) ))"
     else
         echo "-"
     fi
 }
 
-idle() { # fn, program, launcher...: instructions per idle test
+answer() { # fn, program, launcher...: instructions per round of the answer loop
+           # (rank 1), each count the lowest of AREPEAT jobs
     fn=$1; prog=$2; shift 2
-    export CGFN="$fn" CGRANK=0
-    for n in "$IN1" "$IN2"; do
-        c=$(lowest 1 0 "$@" "$out/rank.sh" "$prog" "$n")
-        eval "y$n=\$c"
-    done
-    eval "a=\$y$IN1 b=\$y$IN2"
-    if [ -n "$a" ] && [ -n "$b" ]; then
-        echo "$(( (b - a) / (IN2 - IN1) ))"
-    else
-        echo "-"
-    fi
+    between "$fn" 1 "$AREPEAT" "$AN1" "$AN2" "$prog" "$@"
+}
+
+idle() { # fn, program, launcher...: instructions per idle test (rank 0)
+    fn=$1; prog=$2; shift 2
+    between "$fn" 0 1 "$IN1" "$IN2" "$prog" "$@"
 }
 
 naps() { # fn, program: instructions of PR sleeps alone
