@@ -335,6 +335,36 @@ fn every_wait_is_recorded() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every test is recorded, those that find the receive unfinished and the one that
+/// completes it: with the tools on, a test's two halves run out of line around the
+/// library's visit, the completing test's end after its request is finished
+/// (`traced ... tests`: 200 receives, each tested three times before its message is
+/// sent and then until it completes; each rank writes how many tests it made).
+#[test]
+fn every_test_is_recorded() {
+    let made = conformance::scratch("trace-tests-made").join("made");
+    let out = format!("out={}", made.display());
+    let (dir, traces) = traced("trace-tests", 2, &["200", "1000", "tests", &out], "1M");
+    assert!(chrome::check(&traces).is_empty());
+    for t in &traces {
+        let file = format!("{}.{}", made.display(), t.rank);
+        let n: usize = std::fs::read_to_string(&file)
+            .expect("the rank's count of tests")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert!(n >= 4 * 200, "rank {}: {n} tests", t.rank);
+        let tests = t
+            .records
+            .iter()
+            .filter(|r| r.kind == format::Kind::Enter && r.call() == Some(format::Op::Test))
+            .count();
+        assert_eq!(tests, n, "rank {}", t.rank);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(made.parent().expect("scratch"));
+}
+
 #[test]
 fn trace_memory_stays_under_the_soft_threshold_plus_one_chunk() {
     // 2 ranks x 210 000 sendrecvs (a send, a receive and the call's one record each)

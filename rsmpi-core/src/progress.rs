@@ -1342,6 +1342,13 @@ pub(crate) fn wait_recv(id: RecvId) -> RecvOutcome {
 
 /// Progresses once; returns the result of `key` if it completed.
 pub(crate) fn test(key: Key) -> Option<Done> {
+    test_in::<crate::tools::On>(key)
+}
+
+/// [`test`] in its caller's function, one copy per [`tools::Mode`]: the unwatched
+/// copy's thread-local access then has one caller, which LLVM inlines it into.
+#[inline(always)]
+pub(crate) fn test_in<W: crate::tools::Mode>(key: Key) -> Option<Done> {
     with(|s| {
         s.progress();
         s.take_done(&key)

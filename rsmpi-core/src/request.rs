@@ -292,24 +292,39 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
     where
         D: 'a,
     {
-        if crate::tools::is_on() {
-            let site = std::panic::Location::caller();
-            return crate::tools::watched(Op::Test, site, || self.test_now::<crate::tools::On>());
+        // the watched test's halves out of line and the request kept here, one
+        // `Err(self)` for both paths: a request handed back whole by a function out
+        // of line was copied out of its result and back into the caller's at every
+        // unfinished test, and that function kept the unwatched test's visit out of
+        // line too (+63 instructions an idle test with the tools off;
+        // `docs/performance.md`, "An idle test with the tools off")
+        let mut watch = None;
+        let done = if crate::tools::is_on() {
+            test_watched(self.pending.key, std::panic::Location::caller()).map(|(w, d)| {
+                watch = Some(w);
+                d
+            })
+        } else {
+            progress::test_in::<crate::tools::Off>(self.pending.key)
+        };
+        match done {
+            None => Err(self),
+            Some(d) => {
+                let r = self.completed(d);
+                if let Some(w) = watch {
+                    test_leave(w);
+                }
+                Ok(r)
+            }
         }
-        self.test_now::<crate::tools::Off>()
     }
 
-    /// The body of [`Self::test_with_data`].
+    /// A tested request that completed with `d`: its status and buffer.
     #[inline(always)]
-    fn test_now<W: crate::tools::Mode>(self) -> std::result::Result<(Status, &'a D), Self> {
-        match progress::test(self.pending.key) {
-            Some(d) => {
-                let (st, data) = self.complete(d);
-                let st = st.unwrap_or_else(|e| crate::topology::fail("test", e));
-                Ok((st, data.unwrap_or_else(|| unit_data())))
-            }
-            None => Err(self),
-        }
+    fn completed(self, d: Done) -> (Status, &'a D) {
+        let (st, data) = self.complete(d);
+        let st = st.unwrap_or_else(|e| crate::topology::fail("test", e));
+        (st, data.unwrap_or_else(|| unit_data()))
     }
 
     /// Cancels the request (`MPI_Cancel`); wait on it afterwards:
@@ -375,6 +390,33 @@ impl<'a, D: ?Sized, S> Request<'a, D, S> {
         let d: &'a D = d;
         (st, Some(d))
     }
+}
+
+/// A watched test (`MPI_Test`) of `key`, made at `site`: the call begins and the
+/// library progresses once; the call ends here unless `key` completed, with the
+/// outcome handed back, the call's end then left to [`test_leave`] once the request
+/// is finished.
+#[cold]
+#[inline(never)]
+fn test_watched(
+    key: Key,
+    site: &'static std::panic::Location<'static>,
+) -> Option<(crate::tools::Watch, Done)> {
+    let w = crate::tools::begin(Op::Test, site);
+    match progress::test_in::<crate::tools::On>(key) {
+        Some(d) => Some((w, d)),
+        None => {
+            crate::tools::end(w);
+            None
+        }
+    }
+}
+
+/// The watched test `w` of a request that completed ends.
+#[cold]
+#[inline(never)]
+fn test_leave(w: crate::tools::Watch) {
+    crate::tools::end(w)
 }
 
 /// An immediate collective's request completes (every way a request completes

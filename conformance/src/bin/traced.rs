@@ -7,7 +7,10 @@
 //! meet in a barrier, or, with `sync`, at `rsmpi::trace::sync_point` (a
 //! point-to-point-only program). `big` leaves out the large messages and probes
 //! (the memory test wants many small events). `waits` runs only a loop of small
-//! immediate sends and receives, each request waited for alone. `spin=US` computes
+//! immediate sends and receives, each request waited for alone; `tests` a loop of
+//! immediate receives, each tested until it completes (three times before its
+//! message is sent), with `out=FILE` each rank writing how many tests it made to
+//! `FILE.RANK`. `spin=US` computes
 //! for `US` microseconds (a busy wait on the clock) at the start of every iteration, and
 //! `out=FILE` has rank 0 write the loop's wall time there, in seconds: the
 //! reconstruction test (`tests/trace_accuracy.rs`) compares runs with and without
@@ -49,6 +52,13 @@ fn main() {
     }
     if args.iter().any(|a| a == "waits") {
         waits(&left, &right, iters);
+        return;
+    }
+    if args.iter().any(|a| a == "tests") {
+        let made = tests(&world, &left, &right, iters);
+        if let Some(f) = out {
+            std::fs::write(format!("{f}.{me}"), format!("{made}\n")).expect("write out=FILE");
+        }
         return;
     }
     let mut large_in = vec![0u8; 64 << 10];
@@ -174,4 +184,44 @@ fn waits(left: &rsmpi::topology::Process<'_>, right: &rsmpi::topology::Process<'
         });
         assert_eq!(got, i);
     }
+}
+
+/// The `tests` loop: `iters` receives of 8 bytes from the left neighbour, each tested
+/// three times before the neighbour sends (they must find it unfinished) and then
+/// until it completes; returns the number of tests made.
+fn tests(
+    world: &rsmpi::topology::SimpleCommunicator,
+    left: &rsmpi::topology::Process<'_>,
+    right: &rsmpi::topology::Process<'_>,
+    iters: u64,
+) -> u64 {
+    let mut made = 0u64;
+    for i in 0..iters {
+        let mut got = 0u64;
+        request::scope(|sc| {
+            let mut r = left.immediate_receive_into_with_tag(sc, &mut got, 4);
+            for _ in 0..3 {
+                made += 1;
+                r = match r.test() {
+                    Ok(_) => panic!("round {i}: a receive completed before its send"),
+                    Err(r) => r,
+                };
+            }
+            world.barrier();
+            let s = right.immediate_send_with_tag(sc, &i, 4);
+            loop {
+                made += 1;
+                match r.test() {
+                    Ok(st) => {
+                        assert_eq!(st.source_rank(), left.rank());
+                        break;
+                    }
+                    Err(again) => r = again,
+                }
+            }
+            s.wait();
+        });
+        assert_eq!(got, i);
+    }
+    made
 }
