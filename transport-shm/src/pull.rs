@@ -767,8 +767,6 @@ pub struct Server {
     owed: Option<u64>,
     /// Chunks written.
     served: u64,
-    /// Whether the ring's pages have been mapped here (`Producer::populate`).
-    populated: bool,
 }
 
 impl Server {
@@ -810,12 +808,6 @@ impl Server {
     /// flight), claiming each from `claim` first. Returns how many it wrote.
     pub fn serve(&mut self, ring: &mut Producer, claim: &AtomicU64) -> usize {
         let mut n = 0;
-        if !self.populated && !self.asks.is_empty() {
-            // the first pull served to this peer: map the ring's pages now rather
-            // than by a fault on each page of the first lap
-            ring.populate(crate::ring::RING_BYTES);
-            self.populated = true;
-        }
         loop {
             if let Some(c) = self.owed {
                 if !self.write(ring, c) {

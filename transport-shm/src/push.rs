@@ -151,8 +151,6 @@ pub struct Pusher {
     pub first_patience: Duration,
     /// The next push's first chunk.
     next: u64,
-    /// Whether the ring's pages have been mapped here ([`Producer::populate`]).
-    populated: bool,
 }
 
 impl Default for Pusher {
@@ -163,7 +161,6 @@ impl Default for Pusher {
             patience: PUSH_PATIENCE,
             first_patience: PUSH_FIRST_PATIENCE,
             next: 0,
-            populated: false,
         }
     }
 }
@@ -197,13 +194,6 @@ impl Pusher {
         addr: u64,
         pid: i32,
     ) -> std::io::Result<()> {
-        if !self.populated {
-            // the first push to this peer: map the ring's pages now, not by a fault
-            // on each page of the pushes' first lap (a 128 KiB push then took 4x as
-            // long as a warm one)
-            ring.populate(crate::ring::RING_BYTES);
-            self.populated = true;
-        }
         let t = Instant::now();
         let first = self.next;
         let end = first + src.len().div_ceil(PUSH_CHUNK) as u64;

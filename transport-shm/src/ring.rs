@@ -334,21 +334,27 @@ impl RingMem {
         unsafe { self.ctrl.as_ref() }
     }
 
-    /// Maps every whole page of the data area into this process's page tables,
+    /// Maps the pages of data bytes `from..to` into this process's page tables,
     /// writable, as a first write to each would, without touching any byte: a ring's
     /// pages are otherwise mapped by a fault each on their first use (about a
     /// microsecond a page, more than copying it), which large transfers through the
     /// ring would meet on their first lap. Best effort: an older kernel (before Linux
     /// 5.14) refuses, and the pages are then mapped on first use as before.
-    fn populate(&self, bytes: usize) {
+    fn populate(&self, from: usize, to: usize) {
         const PAGE: usize = 4096;
-        let start = (self.data.as_ptr() as usize).next_multiple_of(PAGE);
-        let end = (self.data.as_ptr() as usize + bytes.min(RING_BYTES)) & !(PAGE - 1);
+        let base = self.data.as_ptr() as usize;
+        // whole pages, the range widened to them but kept inside the data area
+        let (first, last) = (
+            base.next_multiple_of(PAGE),
+            (base + RING_BYTES) & !(PAGE - 1),
+        );
+        let start = ((base + from.min(RING_BYTES)) & !(PAGE - 1)).max(first);
+        let end = (base + to.min(RING_BYTES)).next_multiple_of(PAGE).min(last);
         if end <= start {
             return;
         }
-        // SAFETY: [start, end) lies inside the data area (rounded inwards to whole
-        // pages), which is mapped for the ring's lifetime (from_raw contract).
+        // SAFETY: [start, end) lies inside the data area (whole pages within it),
+        // which is mapped for the ring's lifetime (from_raw contract).
         // MADV_POPULATE_WRITE only faults the pages in; it reads and writes no byte,
         // so it cannot race with the other side's use of the ring.
         let _ = unsafe {
@@ -480,9 +486,17 @@ pub struct Producer {
     /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
     /// beyond), and the room it left at the ring's start (its offset less the lag it
     /// allowed).
+    /// Data bytes from the ring's start that this process has mapped ahead of use
+    /// (the small lap at the first record, then [`Producer::map_ahead`]'s steps): a
+    /// high-water mark, only raised.
+    mapped: usize,
     #[cfg(test)]
     last_early_pad: Option<(u64, usize, usize)>,
 }
+
+/// How far past a large internal record (a pull's or a push's chunk) the pages of a
+/// ring's first lap are mapped in one step ([`Producer::map_ahead`]).
+pub const MAP_AHEAD: usize = 128 * 1024;
 
 impl Producer {
     /// Starts producing into a zero-filled ring (positions start at 0).
@@ -492,6 +506,7 @@ impl Producer {
             tail: 0,
             head_cache: 0,
             recheck: 0,
+            mapped: 0,
             #[cfg(test)]
             last_early_pad: None,
         }
@@ -538,6 +553,7 @@ impl Producer {
     /// [`Producer::try_push`] for a record of the transport's own, which the consumer's
     /// transport keeps (see [`Consumer::pop_record`]).
     pub fn try_push_internal(&mut self, header: &[u8], payload: &[u8]) -> bool {
+        self.map_ahead(record_size(header.len() + payload.len()));
         self.try_push_flagged(header, payload, INTERNAL)
     }
 
@@ -587,15 +603,41 @@ impl Producer {
     /// memory.
     #[cold]
     #[inline(never)]
-    fn first_push(&self) {
-        self.mem.populate(SMALL_LAP);
+    fn first_push(&mut self) {
+        self.mem.populate(0, SMALL_LAP);
+        self.mapped = self.mapped.max(SMALL_LAP);
     }
 
-    /// Maps the ring's first `bytes` of data in this process now
-    /// (`RingMem::populate`), before transfers would meet a page fault on each page
-    /// of their first lap.
-    pub fn populate(&self, bytes: usize) {
-        self.mem.populate(bytes);
+    /// Before an internal record of `sz` bytes (a pull's or a push's chunk, which
+    /// stream through all of the ring where small records stay in the small lap):
+    /// maps the pages it would land on at the tail, and [`MAP_AHEAD`] beyond, if
+    /// this process has not mapped them yet (`RingMem::populate`), so that the
+    /// chunks' first lap does not take a fault on each page. In steps, not all of
+    /// the ring at once: mapping its 2 MiB took 0.8–1.6 ms, which the first pull of
+    /// a ping-pong's 32 KiB message waited for, though its chunk lay in the small
+    /// lap (`docs/performance.md`, "A pull's first chunk").
+    #[inline(always)]
+    fn map_ahead(&mut self, sz: usize) {
+        if self.mapped < RING_BYTES {
+            self.map_step(sz);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn map_step(&mut self, sz: usize) {
+        if self.lapped() {
+            // every page has been written here once
+            self.mapped = RING_BYTES;
+            return;
+        }
+        let off = line_off(self.tail);
+        if off + sz <= self.mapped {
+            return;
+        }
+        let to = (off + sz + MAP_AHEAD).min(RING_BYTES);
+        self.mem.populate(off.max(self.mapped), to);
+        self.mapped = to;
     }
 
     #[inline(always)]
@@ -1352,11 +1394,14 @@ mod tests {
         rest.split_whitespace().nth(7).unwrap().parse().unwrap()
     }
 
-    /// Faults taken writing one byte in every page of a fresh shared-memory ring
-    /// (like the transport's segments), populated first or not.
     /// A fresh shared-memory ring (like the transport's segments) given to `prepare`,
     /// then the faults taken writing one byte in every page of its first `bytes`.
     fn faults_after(name: &str, bytes: usize, prepare: impl FnOnce(RingMem)) -> u64 {
+        faults_in(name, 0..bytes, prepare)
+    }
+
+    /// As [`faults_after`], writing in every page of data bytes `range`.
+    fn faults_in(name: &str, range: std::ops::Range<usize>, prepare: impl FnOnce(RingMem)) -> u64 {
         let path = format!("/dev/shm/rsmpi-ring-{name}-{}", std::process::id());
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -1377,7 +1422,7 @@ mod tests {
         prepare(ring());
         let mem = ring();
         let before = minor_faults();
-        for off in (0..bytes).step_by(4096) {
+        for off in range.step_by(4096) {
             // SAFETY: off < RING_BYTES, inside the data area; nothing else uses it now.
             unsafe { mem.data.as_ptr().add(off).write_volatile(1) };
         }
@@ -1390,7 +1435,7 @@ mod tests {
             RING_BYTES,
             |mem: RingMem| {
                 if populate {
-                    mem.populate(RING_BYTES);
+                    mem.populate(0, RING_BYTES);
                 }
             },
         )
@@ -1414,6 +1459,40 @@ mod tests {
         assert!(
             cold >= pages / 2,
             "{cold} faults for {pages} pages untouched"
+        );
+    }
+
+    /// A large internal record (a pull's or a push's chunk) maps the pages it lands
+    /// on and [`MAP_AHEAD`] beyond, not the whole ring: mapping all of it at the
+    /// first pull made a ping-pong's message wait 0.8–1.6 ms.
+    #[test]
+    fn internal_records_map_the_ring_in_steps() {
+        let chunk = vec![7u8; 64 * 1024];
+        let (mut tail_off, mut mapped) = (0, 0);
+        let walk = |mem: RingMem| {
+            let mut p = Producer::new(mem);
+            assert!(p.try_push(b"first", &[]));
+            // past the small lap, the consumer a record behind (so no early wrap)
+            while line_off(p.tail) < SMALL_LAP {
+                let behind = p.tail;
+                assert!(p.try_push_internal(&[0u8; 16], &chunk));
+                p.mem.ctrl().head.store(behind, Ordering::Release);
+            }
+            (tail_off, mapped) = (line_off(p.tail), p.mapped);
+        };
+        let pages = |r: &std::ops::Range<usize>| (r.len() / 4096) as u64;
+        let ahead = faults_in("steps-ahead", 0..RING_BYTES, walk);
+        assert!(tail_off > SMALL_LAP, "{tail_off}");
+        assert!(
+            mapped >= tail_off + MAP_AHEAD && mapped < RING_BYTES / 2,
+            "mapped {mapped} at tail {tail_off}"
+        );
+        // everything up to `mapped` was mapped (written or populated); the rest not
+        let rest = mapped + 4096..RING_BYTES;
+        assert!(
+            ahead >= pages(&rest) / 2 && ahead <= pages(&rest) + 4,
+            "{ahead} faults writing the ring, {} pages past {mapped}",
+            pages(&rest)
         );
     }
 
