@@ -199,7 +199,7 @@ use transport::{
 
 pub use lone::{
     Lone, LoneMode, ENV_LONE, KEEP, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY, READ_EXTRA_NS,
-    READ_PROBE_EVERY, REMOTE_FACTOR,
+    READ_PROBE_EVERY, READ_PROBE_RUN, REMOTE_FACTOR,
 };
 pub use loopback::Loopback;
 use pull::Taken;

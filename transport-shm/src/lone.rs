@@ -29,9 +29,13 @@
 //!
 //! It prefers the read when the ring's two copies take longer than the read and its
 //! extra. Reading, it still sends one lone message in [`PROBE_EVERY`] of the class
-//! through the ring, so that a ring that has become cheaper is seen; where real reads
-//! chose the ring against the timed read, one in [`READ_PROBE_EVERY`] is read, so that
-//! the peer measures a read again.
+//! through the ring, so that a ring that has become cheaper is seen. Where a read
+//! could still win, a run of [`READ_PROBE_RUN`] lone messages in [`READ_PROBE_EVERY`]
+//! is read, the first run at once, so that the peer measures reads (again): with no
+//! real read told yet, where the timed read alone would win (the factor is another
+//! machine's: on this session's Intel machine a warm read of the peer costs about
+//! what a read of one's own memory does); after real reads chose the ring, where the
+//! guess would win.
 //!
 //! ```
 //! use transport_shm::Lone;
@@ -73,6 +77,11 @@ pub const PROBE_EVERY: u32 = 32;
 /// [`PROBE_EVERY`]: such a probe costs a few µs where reads lose, ~1 % of the time
 /// here).
 pub const READ_PROBE_EVERY: u32 = 128;
+/// Lone messages read back to back by each such probe: a process's first reads of
+/// another's buffer are cold (7–13 µs for 32 KiB here, against ~2 warm), and from
+/// [`crate::PULL_FROM`] the receiver's first reads may be pulls, whose time the
+/// judge does not see, so one read would tell the peer only a cold figure.
+pub const READ_PROBE_RUN: u32 = 4;
 /// What a read costs beyond its copy: the send request's and the answer's crossings
 /// and the library's work for them (ns; `rsmpi-bench latency` of a 64 KiB read,
 /// 5.4-6.0 µs, against a 3.1-4.2 µs `process_vm_readv` of the same size).
@@ -213,9 +222,14 @@ impl Lone {
         let wins = |read: u32| 2 * kib(ring) > kib(read) + READ_EXTRA_NS;
         c.asked = c.asked.wrapping_add(1);
         if !wins(real.unwrap_or(guess)) {
-            // the ring; but where real reads chose it against the guess, one in
-            // READ_PROBE_EVERY is read, so that the peer measures a read again
-            return real.is_some() && wins(guess) && c.asked % READ_PROBE_EVERY == 0;
+            // the ring; but where a read could still win, a run of READ_PROBE_RUN
+            // in READ_PROBE_EVERY is read, the first run at once, so that the peer
+            // measures what reads take (it tells the least of its last KEEP, and
+            // its first reads of a buffer are cold): with no real read yet, where
+            // the timed read alone would win (REMOTE_FACTOR is another machine's);
+            // after real reads chose the ring, where the guess would win
+            let could = wins(if real.is_some() { guess } else { c.read });
+            return could && c.asked.wrapping_sub(1) % READ_PROBE_EVERY < READ_PROBE_RUN;
         }
         c.asked % PROBE_EVERY != 0
     }
@@ -261,6 +275,14 @@ mod tests {
             j.copied_in(len, ns);
         }
         j
+    }
+
+    /// Which of `n` lone messages of 64 KiB in a row judge `j` reads, the peer's
+    /// reads told as `told` (the timed read, if asked for, [`READ`]).
+    fn reads_of(j: &mut Lone, n: usize, told: [u32; 2]) -> Vec<usize> {
+        (0..n)
+            .filter(|_| j.prefers_read(65_536, || READ, told))
+            .collect()
     }
 
     #[test]
@@ -331,10 +353,12 @@ mod tests {
     #[test]
     fn the_margin() {
         // 2 x ring against 2 x read + extra: 2 x 4.7 = 9.4 <= 8 + 1.5; 2 x 4.8 > 9.5
+        // (the peer's reads told at the guess, 8 µs, so that no probe is made)
+        let told = [0, per_kib(2 * READ, 65_536)];
         let mut j = measured(65_536, 4_700);
-        assert!(!j.prefers_read(65_536, || READ, NONE));
+        assert!(!j.prefers_read(65_536, || READ, told));
         let mut j = measured(65_536, 4_800);
-        assert!(j.prefers_read(65_536, || READ, NONE));
+        assert!(j.prefers_read(65_536, || READ, told));
     }
 
     #[test]
@@ -344,18 +368,42 @@ mod tests {
         assert!(j.prefers_read(65_536, || READ, NONE));
         // the peer's reads of this rank's messages took 10 µs: 2 x 5 <= 10 + 1.5
         let slow = [0, per_kib(10_000, 65_536)];
-        let answers: Vec<bool> = (0..2 * READ_PROBE_EVERY)
-            .map(|_| j.prefers_read(65_536, || unreachable!(), slow))
-            .collect();
-        let probes = answers.iter().filter(|&&r| r).count();
+        let (n, run, every) = (
+            2 * READ_PROBE_EVERY as usize,
+            READ_PROBE_RUN as usize,
+            READ_PROBE_EVERY as usize,
+        );
+        let probes = reads_of(&mut j, n, slow);
+        // (the judgement above was the class's first: these are its 2nd to 257th)
+        let expected: Vec<usize> = (0..n).filter(|&k| (k + 1) % every < run).collect();
         assert_eq!(
-            probes, 2,
-            "one read in READ_PROBE_EVERY, for the peer to measure"
+            probes, expected,
+            "a run of READ_PROBE_RUN in READ_PROBE_EVERY, for the peer to measure"
         );
         // a fast read told: reading again
         assert!(j.prefers_read(65_536, || unreachable!(), [0, per_kib(2_000, 65_536)]));
         // the other class's figure does not count
         assert!(j.prefers_read(65_536, || unreachable!(), [per_kib(90_000, 32_768), 0]));
+    }
+
+    #[test]
+    fn with_no_real_read_a_run_is_read_where_the_timed_read_alone_wins() {
+        // 2 x 3 <= 2 x 4 + 1.5 by the guess, but > 4 + 1.5 by the timed read alone
+        // (REMOTE_FACTOR is another machine's): the peer gets to measure reads, a
+        // run of them at once, then one run in READ_PROBE_EVERY until it tells
+        let mut j = measured(65_536, 3_000);
+        let probes = reads_of(&mut j, 2 * READ_PROBE_EVERY as usize, NONE);
+        let (run, every) = (READ_PROBE_RUN as usize, READ_PROBE_EVERY as usize);
+        assert_eq!(
+            probes,
+            (0..run).chain(every..every + run).collect::<Vec<_>>()
+        );
+        // the peer told warm reads of 3 µs: 2 x 3 > 3 + 1.5, reading from now on
+        let warm = [0, per_kib(3_000, 65_536)];
+        assert!(j.prefers_read(65_536, || unreachable!(), warm));
+        // where the timed read alone loses too (2 x 2 <= 4 + 1.5), no probe
+        let mut j = measured(65_536, 2_000);
+        assert!((0..2 * READ_PROBE_EVERY).all(|_| !j.prefers_read(65_536, || READ, NONE)));
     }
 
     #[test]
