@@ -483,13 +483,13 @@ pub struct Producer {
     /// whether the consumer has caught up (once per [`TIGHT_LAG`] or [`WRAP_LAG`]
     /// bytes at most).
     recheck: u64,
-    /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
-    /// beyond), and the room it left at the ring's start (its offset less the lag it
-    /// allowed).
     /// Data bytes from the ring's start that this process has mapped ahead of use
     /// (the small lap at the first record, then [`Producer::map_ahead`]'s steps): a
     /// high-water mark, only raised.
     mapped: usize,
+    /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
+    /// beyond), and the room it left at the ring's start (its offset less the lag it
+    /// allowed).
     #[cfg(test)]
     last_early_pad: Option<(u64, usize, usize)>,
 }
@@ -1397,11 +1397,6 @@ mod tests {
     /// A fresh shared-memory ring (like the transport's segments) given to `prepare`,
     /// then the faults taken writing one byte in every page of its first `bytes`.
     fn faults_after(name: &str, bytes: usize, prepare: impl FnOnce(RingMem)) -> u64 {
-        faults_in(name, 0..bytes, prepare)
-    }
-
-    /// As [`faults_after`], writing in every page of data bytes `range`.
-    fn faults_in(name: &str, range: std::ops::Range<usize>, prepare: impl FnOnce(RingMem)) -> u64 {
         let path = format!("/dev/shm/rsmpi-ring-{name}-{}", std::process::id());
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -1422,7 +1417,7 @@ mod tests {
         prepare(ring());
         let mem = ring();
         let before = minor_faults();
-        for off in range.step_by(4096) {
+        for off in (0..bytes).step_by(4096) {
             // SAFETY: off < RING_BYTES, inside the data area; nothing else uses it now.
             unsafe { mem.data.as_ptr().add(off).write_volatile(1) };
         }
@@ -1481,7 +1476,7 @@ mod tests {
             (tail_off, mapped) = (line_off(p.tail), p.mapped);
         };
         let pages = |r: &std::ops::Range<usize>| (r.len() / 4096) as u64;
-        let ahead = faults_in("steps-ahead", 0..RING_BYTES, walk);
+        let ahead = faults_after("steps-ahead", RING_BYTES, walk);
         assert!(tail_off > SMALL_LAP, "{tail_off}");
         assert!(
             mapped >= tail_off + MAP_AHEAD && mapped < RING_BYTES / 2,
