@@ -33,11 +33,10 @@
 //! could still win, a run of [`READ_PROBE_RUN`] lone messages in [`READ_PROBE_EVERY`]
 //! is read, the first run at once and [`FIRST_READ_PROBE_RUN`] long (the receiver's
 //! own judge of large reads tries pulls first), so that the peer measures warm reads
-//! (again): with no
-//! real read told yet, where the timed read alone would win (the factor is another
-//! machine's: on the Intel machine of issue 11's fifty-fifth round a warm read of the
-//! peer costs about what a read of one's own memory does); after real reads chose the
-//! ring, where the guess would win.
+//! (again): with no real read told yet, where the timed read alone would win (the
+//! factor is a guess: on the Intel machine of issue 11's fifty-sixth round warm
+//! reads of the peer were told at 1.2-2.5x the same job's timed read); after real
+//! reads chose the ring, where the guess would win.
 //!
 //! ```
 //! use transport_shm::Lone;
