@@ -1615,6 +1615,27 @@ impl Engine {
             && p.credits_back(cfg)
     }
 
+    /// Whether a send of `len` bytes to `dest` in `mode`, started now with
+    /// [`SendSpec::read_if_lone`] set, would be lone and so read by its receiver
+    /// (docs/protocol.md rule 18): what [`Engine::start_send`] decides, asked
+    /// beforehand without changing anything, so that the driver asks the transport's
+    /// advice ([`SendSpec::read_if_lone`]) for lone sends only and a stream's sends
+    /// cost the transport no judgement. `false` for a rank outside the job.
+    #[inline]
+    pub fn lone_now(&self, dest: Rank, len: u64, mode: SendMode) -> bool {
+        let cfg = &self.cfg;
+        // (the size first: a small send is answered by one comparison)
+        len > cfg.lone_read_above
+            && cfg.protocol == RecvProtocol::Eager
+            && len <= cfg.eager_limit
+            && mode == SendMode::Standard
+            && dest != self.me
+            && self
+                .peers
+                .get(dest as usize)
+                .is_some_and(|p| p.waiting.is_empty() && p.outbox.is_empty() && p.credits_back(cfg))
+    }
+
     /// The fast path of a standard send whose message can leave at once and carries its
     /// payload: an eager send request, or an inline direct write into an advertised
     /// receive. Needs a free credit towards the destination and nothing queued before

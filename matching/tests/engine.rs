@@ -685,6 +685,56 @@ fn lone_sends_are_read_and_streams_stay_eager() {
     assert_eq!(w.stats(1).lone_reads, 0);
 }
 
+/// `Engine::lone_now` foretells, without changing anything, what `start_send` then
+/// decides for a send advised `read_if_lone`: the driver asks the transport's advice
+/// only where it is true. Checked before every send of a lone send, a burst, a send at
+/// the limit, a synchronous one, one to a rank outside the job, and one to itself.
+#[test]
+fn lone_now_foretells_the_engines_choice() {
+    let mut w = World::two(cfg(|c| {
+        c.lone_read_above = 32;
+        c.advertise_above = 64;
+    }));
+    w.read_if_lone = true;
+    let check = |w: &mut World, from: Rank, to: Rank, len: u64, mode: SendMode| {
+        let said = w.eng[from as usize].lone_now(to, len, mode);
+        let before = w.stats(from).lone_reads;
+        let s = w.send(from, to, 5, len, mode);
+        assert_eq!(
+            w.stats(from).lone_reads - before,
+            u64::from(said),
+            "{from} -> {to}, {len} B, {mode:?}"
+        );
+        s
+    };
+    let mut sends = vec![check(&mut w, 0, 1, 48, STD)];
+    // a burst behind it: none lone while the first waits for its read
+    for _ in 0..3 {
+        sends.push(check(&mut w, 0, 1, 48, STD));
+    }
+    sends.push(check(&mut w, 0, 1, 32, STD));
+    sends.push(check(&mut w, 0, 1, 48, SendMode::Synchronous));
+    w.run();
+    for &s in &sends {
+        let r = w.post(1, R0, t(5), 64);
+        w.run();
+        w.assert_received(1, r, 0, s, 5);
+    }
+    // everything taken: lone again
+    assert!(w.eng[0].lone_now(1, 48, STD));
+    let s = check(&mut w, 0, 1, 48, STD);
+    let r = w.post(1, R0, t(5), 64);
+    w.run();
+    w.assert_received(1, r, 0, s, 5);
+    assert_eq!(w.stats(0).lone_reads, 2);
+    // outside the job, to itself, buffered or above the eager limit: never
+    assert!(!w.eng[0].lone_now(7, 48, STD));
+    assert!(!w.eng[1].lone_now(1, 48, STD));
+    assert!(!w.eng[0].lone_now(1, 48, SendMode::Buffered));
+    let eager = w.eng[0].config().eager_limit;
+    assert!(!w.eng[0].lone_now(1, eager + 1, STD));
+}
+
 /// `Config::cross_read_above`: sends above it stay eager while traffic goes one way,
 /// takes turns, or crosses one message at a time; once a peer's large sends arrive
 /// while a stream of this rank's is in flight to it, the next `CROSS_HOLD` sends to

@@ -37,11 +37,11 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_LONE_READ_ABOVE=bytes|off` (a standard send above this size with nothing
 /// else in flight to its destination is read once by the receiver, at its arrival:
 /// `Config::lone_read_above`; default the transport's measured
-/// `Caps::lone_read_above`, 16 KiB on shared memory),
+/// `Caps::lone_read_above`, 8 KiB on shared memory),
 /// `RSMPI_CROSS_READ_ABOVE=bytes|off` (a standard send above this size, to a peer whose
 /// own large sends keep arriving while a stream of this rank's is in flight to it, is
 /// read once by the receiver: `Config::cross_read_above`; default the transport's
-/// `Caps::lone_read_above`).
+/// `Caps::cross_read_above`, 16 KiB on shared memory).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {
@@ -256,9 +256,9 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     if cfg.lone_read_above == u64::MAX && std::env::var_os("RSMPI_LONE_READ_ABOVE").is_none() {
         cfg.lone_read_above = caps.lone_read_above;
     }
-    // reads pay for crossing traffic above the same size as for lone messages
+    // and its switch for reads of crossing traffic
     if cfg.cross_read_above == u64::MAX && std::env::var_os("RSMPI_CROSS_READ_ABOVE").is_none() {
-        cfg.cross_read_above = caps.lone_read_above;
+        cfg.cross_read_above = caps.cross_read_above;
     }
     size_credits(&mut cfg, &caps);
     let me = boot.rank();

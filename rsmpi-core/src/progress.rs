@@ -994,16 +994,14 @@ impl State {
         Ok((plain, false))
     }
 
-    /// Whether a send of `len` bytes to `dest` is better read by its receiver if it
-    /// is lone: above the transport's size for it and within the eager limit (larger
-    /// sends are read anyway), the transport asked
-    /// ([`matching::Config::lone_read_above`], `Transport::prefers_read`).
+    /// Whether a send of `len` bytes to `dest` in `mode` is better read by its
+    /// receiver: it would be lone (above the transport's size for it, within the
+    /// eager limit, nothing else of this rank's in flight to `dest`;
+    /// [`matching::Engine::lone_now`]) and the transport, asked only then, advises
+    /// it ([`matching::Config::lone_read_above`], `Transport::prefers_read`).
     #[inline]
-    pub fn read_if_lone(&mut self, dest: u32, len: usize) -> bool {
-        let (c, len64) = (self.engine.config(), len as u64);
-        len64 > c.lone_read_above
-            && len64 <= c.eager_limit
-            && self.transport.prefers_read(dest, len)
+    pub fn read_if_lone(&mut self, dest: u32, len: usize, mode: matching::SendMode) -> bool {
+        self.engine.lone_now(dest, len as u64, mode) && self.transport.prefers_read(dest, len)
     }
 
     /// Whether a send of `len` bytes may be read one-sidedly by its receiver (it goes

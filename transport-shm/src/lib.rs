@@ -198,8 +198,9 @@ use transport::{
 };
 
 pub use lone::{
-    Lone, LoneMode, ENV_LONE, FIRST_READ_PROBE_RUN, KEEP, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY,
-    READ_EXTRA_NS, READ_PROBE_EVERY, READ_PROBE_RUN, REMOTE_FACTOR,
+    Lone, LoneMode, CLASS_TOP, CROSS_READ_ABOVE, ENV_LONE, FIRST_READ_PROBE_RUN, KEEP,
+    LONE_CLASSES, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY, READ_EXTRA_NS, READ_PROBE_EVERY,
+    READ_PROBE_RUN, REMOTE_FACTOR,
 };
 pub use loopback::Loopback;
 use pull::Taken;
@@ -492,6 +493,10 @@ pub struct ShmTransport {
     lone: Vec<Lone>,
     /// How lone messages go.
     lone_mode: LoneMode,
+    /// The slot whose lone message the judge has just sent through the ring
+    /// (`usize::MAX`: none): its push is timed for the judge, and only it, so that
+    /// a stream's pushes read neither the clock nor the consumer's line.
+    judged: usize,
     // The mappings come last: rings above point into them.
     _peer_maps: Vec<Option<MmapRaw>>,
     own: OwnSegment,
@@ -533,7 +538,7 @@ impl ShmTransport {
             .ok_or_else(|| TransportError::NoSuchRank(peer))?;
         let sent = if i == self.me {
             self.loopback.try_push(header, payload)
-        } else if payload.len() as u64 > LONE_READ_ABOVE {
+        } else if payload.len() as u64 > LONE_READ_ABOVE && i == self.judged {
             self.push_timed(i, header, payload)
         } else {
             self.producers[i].try_push(header, payload)
@@ -678,6 +683,7 @@ impl ShmTransport {
             write_mode,
             lone: vec![Lone::default(); n as usize],
             lone_mode,
+            judged: usize::MAX,
             _peer_maps: peers,
             own,
         })
@@ -693,16 +699,19 @@ impl ShmTransport {
         &self.local
     }
 
-    /// Pushes a large message to slot `i`; into an empty ring (a lone message) that
-    /// has been written through once (its first lap meets first-touch costs: a 64 KiB
-    /// copy took 7-8 µs there against 2.5-3.5 µs after), timed for the judge
-    /// ([`lone`]).
+    /// Pushes the lone message to slot `i` that the judge ([`lone`]) has just sent
+    /// through the ring; into a ring that has been written through once (its first
+    /// lap meets first-touch costs: a 64 KiB copy took 7-8 µs there against 2.5-3.5
+    /// µs after), timed for the judge. Lone is the protocol's word (every message
+    /// before it taken by the peer); the ring itself need not be empty: a consumer
+    /// releases a record of more than a line when it next finds the ring empty,
+    /// which in a ping-pong of 8 KiB is often after this push.
     #[inline(never)]
     fn push_timed(&mut self, i: usize, header: &[u8], payload: &[u8]) -> bool {
-        let alone = self.producers[i].lapped() && self.producers[i].in_flight() == 0;
-        let start = std::time::Instant::now();
+        self.judged = usize::MAX;
+        let start = self.producers[i].lapped().then(std::time::Instant::now);
         let sent = self.producers[i].try_push(header, payload);
-        if sent && alone {
+        if let (true, Some(start)) = (sent, start) {
             let ns = start.elapsed().as_nanos() as u64;
             self.lone[i].copied_in(payload.len(), ns);
         }
@@ -837,6 +846,7 @@ impl Transport for ShmTransport {
             put_inline: 0,
             put_bounce: 0,
             lone_read_above: if self.cma { LONE_READ_ABOVE } else { u64::MAX },
+            cross_read_above: if self.cma { CROSS_READ_ABOVE } else { u64::MAX },
         }
     }
 
@@ -849,7 +859,12 @@ impl Transport for ShmTransport {
             LoneMode::Auto => {
                 let told = self.producers[i].reads();
                 let top = Lone::class_top(len).unwrap_or(len);
-                self.lone[i].prefers_read(len, || lone::time_read(pid, top), told)
+                let read = self.lone[i].prefers_read(len, || lone::time_read(pid, top), told);
+                if !read {
+                    // through the ring: the push that follows is timed
+                    self.judged = i;
+                }
+                read
             }
             LoneMode::Read => true,
             LoneMode::Ring => false,

@@ -39,30 +39,49 @@
 //! reads chose the ring, where the guess would win.
 //!
 //! ```
-//! use transport_shm::Lone;
+//! use transport_shm::{Lone, LONE_CLASSES};
 //!
 //! let mut judge = Lone::default();
 //! // nothing measured yet: the ring, which measures itself
-//! assert!(!judge.prefers_read(60_000, || 4_000, [0, 0]));
+//! assert!(!judge.prefers_read(60_000, || 4_000, [0; LONE_CLASSES]));
 //! // its copies in took 5 µs (the far state), KEEP of them: two copies against a
 //! // 4 µs read of its own memory, taken twice for another process's, plus 0.5 µs
 //! for _ in 0..transport_shm::KEEP {
 //!     judge.copied_in(60_000, 5_000);
 //! }
-//! assert!(judge.prefers_read(60_000, || 4_000, [0, 0]));
+//! assert!(judge.prefers_read(60_000, || 4_000, [0; LONE_CLASSES]));
 //! // the ring's copy in now takes 1.5 µs (the near state): the ring again
 //! for _ in 0..8 {
 //!     judge.copied_in(60_000, 1_500);
 //! }
-//! assert!(!judge.prefers_read(60_000, || 4_000, [0, 0]));
+//! assert!(!judge.prefers_read(60_000, || 4_000, [0; LONE_CLASSES]));
 //! ```
 
-/// Messages of more than this many bytes may be judged ([`transport::Caps::lone_read_above`]);
-/// up to it the ring wins in every state measured, its copies being short next to a
-/// system call.
-pub const LONE_READ_ABOVE: u64 = 16 * 1024;
-/// The size classes judged apart, by their largest message: (16, 32] and (32, 64] KiB.
-pub const CLASS_TOP: [usize; 2] = [32 * 1024, LONE_TOP];
+/// Messages of more than this many bytes may be judged ([`transport::Caps::lone_read_above`]).
+/// It was 16 KiB until issue 11's fifty-seventh round: on the AMD machine before it the
+/// ring carried 8-16 KiB in 0.42-0.68 µs one-way, but on the Intel machine of that
+/// round 16 KiB took 3.3-3.4 µs through the ring against 2.1-2.3 judged (forced reads
+/// 1.8). Up to 8 KiB the judge does not pay: forced reads of 8 KiB took 1.5-1.9 µs
+/// one-way there against the ring's 2.3-2.4, but the judge's estimate of the ring (two
+/// copies in, 1.2 µs) missed about half of what the ring took and kept it, and judging
+/// cost 8 KiB ~0.06 µs a message (a lone send leaves by the engine's full path); 2-4
+/// KiB went as fast or faster through the ring (`docs/performance.md`, "Lone messages
+/// of 8-16 KiB judged too").
+pub const LONE_READ_ABOVE: u64 = 8 * 1024;
+/// Messages of more than this many bytes that cross traffic of the peer's own large
+/// sends are read once by their receiver ([`transport::Caps::cross_read_above`],
+/// docs/protocol.md rule 19), unjudged: the lone messages' switch until issue 11's
+/// fifty-seventh round, kept where it was when that one went down to 8 KiB. On the
+/// Intel machine of that round crossing reads from 4 KiB carried `bibw` 16 KiB at
+/// 14.0-15.5 GB/s against the ring's 8.2-8.9, but 8 KiB at 9.0-9.7 against
+/// 10.1-10.3, and on the AMD machine before it the ring won at 8-16 KiB.
+pub const CROSS_READ_ABOVE: u64 = 16 * 1024;
+/// The size classes judged apart, by their largest message: (8, 16], (16, 32] and
+/// (32, 64] KiB. A read's fixed cost (the system call, ~0.4 µs) weighs more in the
+/// smaller classes, so each is measured for itself.
+pub const CLASS_TOP: [usize; LONE_CLASSES] = [16 * 1024, 32 * 1024, LONE_TOP];
+/// How many size classes are judged apart ([`CLASS_TOP`]).
+pub const LONE_CLASSES: usize = 3;
 /// The largest message judged (the default eager limit): reads up to it are single
 /// copies, never pulls through the ring (`crate::pull`), which the judge found
 /// dearer already.
@@ -104,7 +123,7 @@ pub const READ_EXTRA_NS: u64 = 500;
 /// this machine (AMD Zen 3) 1.5-2x (32 KiB in 6.3-7.9 µs against ~4 µs).
 pub const REMOTE_FACTOR: u32 = 2;
 
-/// How lone messages of 16-64 KiB to local peers go (`RSMPI_SHM_LONE`).
+/// How lone messages of 8-64 KiB to local peers go (`RSMPI_SHM_LONE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LoneMode {
     /// Measured per peer and size class (this module's docs, `transport-shm/src/lone.rs`).
@@ -160,7 +179,7 @@ struct Class {
 /// machine; the transport times the copies and the reads.
 #[derive(Clone, Debug, Default)]
 pub struct Lone {
-    classes: [Class; CLASS_TOP.len()],
+    classes: [Class; LONE_CLASSES],
 }
 
 /// ns per KiB of `ns` for `len` bytes.
@@ -212,7 +231,7 @@ impl Lone {
         &mut self,
         len: usize,
         read_ns: impl FnOnce() -> u64,
-        peer_reads: [u32; CLASS_TOP.len()],
+        peer_reads: [u32; LONE_CLASSES],
     ) -> bool {
         let Some(i) = Self::class(len) else {
             // above the classes the protocol sends by rendezvous anyway
@@ -281,7 +300,16 @@ mod tests {
 
     const READ: u64 = 4_000; // a 64 KiB read, ns
     /// No read of the peer's told.
-    const NONE: [u32; 2] = [0, 0];
+    const NONE: [u32; LONE_CLASSES] = [0; LONE_CLASSES];
+    /// The 64 KiB class.
+    const TOP: usize = LONE_CLASSES - 1;
+
+    /// The peer's reads told: `per` (ns per KiB) for class `c`, none for the others.
+    fn told(c: usize, per: u32) -> [u32; LONE_CLASSES] {
+        let mut t = NONE;
+        t[c] = per;
+        t
+    }
 
     /// A judge whose ring copies of `len` bytes took `ns`, KEEP times.
     fn measured(len: usize, ns: u64) -> Lone {
@@ -294,10 +322,24 @@ mod tests {
 
     /// Which of `n` lone messages of 64 KiB in a row judge `j` reads, the peer's
     /// reads told as `told` and the timed read, if asked for, from `read`.
-    fn reads_of(j: &mut Lone, n: usize, read: fn() -> u64, told: [u32; 2]) -> Vec<usize> {
-        (0..n)
-            .filter(|_| j.prefers_read(65_536, read, told))
-            .collect()
+    fn reads_of(
+        j: &mut Lone,
+        n: usize,
+        read: fn() -> u64,
+        told: [u32; LONE_CLASSES],
+    ) -> Vec<usize> {
+        reads_of_len(j, 65_536, n, read, told)
+    }
+
+    /// [`reads_of`] for messages of `len` bytes.
+    fn reads_of_len(
+        j: &mut Lone,
+        len: usize,
+        n: usize,
+        read: fn() -> u64,
+        told: [u32; LONE_CLASSES],
+    ) -> Vec<usize> {
+        (0..n).filter(|_| j.prefers_read(len, read, told)).collect()
     }
 
     #[test]
@@ -332,9 +374,9 @@ mod tests {
         }
         j.copied_in(40_000, 1_000_000);
         assert!(j.prefers_read(40_000, || READ, NONE));
-        assert!(!j.prefers_read(16 * 1024, || panic!("not judged"), NONE));
-        j.copied_in(16 * 1024, 1_000_000);
-        assert!(!j.prefers_read(16 * 1024, || panic!("not judged"), NONE));
+        assert!(!j.prefers_read(8 * 1024, || panic!("not judged"), NONE));
+        j.copied_in(8 * 1024, 1_000_000);
+        assert!(!j.prefers_read(8 * 1024, || panic!("not judged"), NONE));
         // above the classes: rendezvous whatever the judge says
         assert!(j.prefers_read(64 * 1024 + 1, || panic!("not judged"), NONE));
     }
@@ -353,8 +395,9 @@ mod tests {
             "scaled to the size"
         );
         assert_eq!(reads, 1);
-        // the classes are apart: (16, 32] KiB has measured nothing
+        // the classes are apart: (16, 32] KiB has measured nothing, nor has (8, 16]
         assert!(!j.prefers_read(32 * 1024, || READ / 2, NONE));
+        assert!(!j.prefers_read(8 * 1024 + 1, || READ / 4, NONE));
         // the least of the last KEEP decides: one fast copy turns it back to the
         // ring, until KEEP slow ones have followed it
         j.copied_in(65_536, 2_000);
@@ -366,10 +409,40 @@ mod tests {
     }
 
     #[test]
+    fn the_smallest_class_is_judged_by_its_own_figures() {
+        // the Intel machine of the fifty-seventh round, 16 KiB: copies into the ring
+        // of 1.2 µs against a timed read of 1.0: 2 x 1.2 <= 2 x 1.0 + 0.5 by the
+        // guess, but > 1.0 + 0.5 by the timed read alone, so a first run of reads;
+        // told reads of 1.15 µs: reading
+        let mut j = measured(16 * 1024, 1_200);
+        let first = reads_of_len(
+            &mut j,
+            16 * 1024,
+            FIRST_READ_PROBE_RUN as usize,
+            || 1_000,
+            NONE,
+        );
+        assert_eq!(
+            first,
+            (0..FIRST_READ_PROBE_RUN as usize).collect::<Vec<_>>()
+        );
+        let warm = told(0, per_kib(1_150, 16 * 1024));
+        assert!(j.prefers_read(16 * 1024, || unreachable!(), warm));
+        assert!(
+            j.prefers_read(12 * 1024, || unreachable!(), warm),
+            "scaled to the size"
+        );
+        // the AMD machine's near state: copies of 0.3 µs; 2 x 0.3 <= 1.0 + 0.5 even by
+        // the timed read alone, so the ring and no probe
+        let mut j = measured(16 * 1024, 300);
+        assert!((0..2 * READ_PROBE_EVERY).all(|_| !j.prefers_read(16 * 1024, || 1_000, NONE)));
+    }
+
+    #[test]
     fn the_margin() {
         // 2 x ring against 2 x read + extra: 2 x 4.2 = 8.4 <= 8 + 0.5; 2 x 4.3 > 8.5
         // (the peer's reads told at the guess, 8 µs, so that no probe is made)
-        let told = [0, per_kib(2 * READ, 65_536)];
+        let told = told(TOP, per_kib(2 * READ, 65_536));
         let mut j = measured(65_536, 4_200);
         assert!(!j.prefers_read(65_536, || READ, told));
         let mut j = measured(65_536, 4_300);
@@ -382,7 +455,7 @@ mod tests {
         // 2 x 5 > 2 x 4 + 0.5: the guess from the timed read wins
         assert!(j.prefers_read(65_536, || READ, NONE));
         // the peer's reads of this rank's messages took 10 µs: 2 x 5 <= 10 + 0.5
-        let slow = [0, per_kib(10_000, 65_536)];
+        let slow = told(TOP, per_kib(10_000, 65_536));
         let (n, first, run, every) = (
             2 * READ_PROBE_EVERY as usize,
             FIRST_READ_PROBE_RUN as usize,
@@ -400,9 +473,11 @@ mod tests {
              READ_PROBE_RUN in READ_PROBE_EVERY, for the peer to measure"
         );
         // a fast read told: reading again
-        assert!(j.prefers_read(65_536, || unreachable!(), [0, per_kib(2_000, 65_536)]));
-        // the other class's figure does not count
-        assert!(j.prefers_read(65_536, || unreachable!(), [per_kib(90_000, 32_768), 0]));
+        assert!(j.prefers_read(65_536, || unreachable!(), told(TOP, per_kib(2_000, 65_536))));
+        // another class's figure does not count
+        let mut other = told(1, per_kib(90_000, 32_768));
+        other[0] = per_kib(90_000, 16_384);
+        assert!(j.prefers_read(65_536, || unreachable!(), other));
     }
 
     #[test]
@@ -423,7 +498,7 @@ mod tests {
             (0..first).chain(every..every + run).collect::<Vec<_>>()
         );
         // the peer told warm reads of 3 µs: 2 x 3 > 3 + 0.5, reading from now on
-        let warm = [0, per_kib(3_000, 65_536)];
+        let warm = told(TOP, per_kib(3_000, 65_536));
         assert!(j.prefers_read(65_536, || unreachable!(), warm));
         // where the timed read alone loses too (2 x 2 <= 4 + 0.5), no probe
         let mut j = measured(65_536, 2_000);
@@ -433,7 +508,7 @@ mod tests {
     #[test]
     fn no_read_probes_where_the_timed_read_loses_too() {
         let mut j = measured(65_536, 2_000);
-        let slow = [0, per_kib(10_000, 65_536)];
+        let slow = told(TOP, per_kib(10_000, 65_536));
         // 2 x 2 <= 4 + 0.5 by the timed read as well: nothing to probe
         assert!((0..3 * READ_PROBE_EVERY).all(|_| !j.prefers_read(65_536, || READ, slow)));
     }
@@ -441,9 +516,9 @@ mod tests {
     #[test]
     fn reads_taken_are_told_as_the_least_of_the_last_keep() {
         let mut j = Lone::default();
-        assert_eq!(j.read_took(16 * 1024, 1), None);
+        assert_eq!(j.read_took(8 * 1024, 1), None);
         assert_eq!(j.read_took(64 * 1024 + 1, 1), None);
-        let told = |ns| Some((1, per_kib(ns, 65_536)));
+        let told = |ns| Some((TOP, per_kib(ns, 65_536)));
         assert_eq!(
             j.read_took(65_536, 240_000),
             told(240_000),
@@ -452,7 +527,11 @@ mod tests {
         assert_eq!(j.read_took(65_536, 10_000), told(10_000));
         assert_eq!(
             j.read_took(20_000, 5_000),
-            Some((0, per_kib(5_000, 20_000)))
+            Some((1, per_kib(5_000, 20_000)))
+        );
+        assert_eq!(
+            j.read_took(12_000, 1_300),
+            Some((0, per_kib(1_300, 12_000)))
         );
         for _ in 0..KEEP - 1 {
             assert_eq!(j.read_took(65_536, 12_000), told(10_000));

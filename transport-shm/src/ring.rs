@@ -59,7 +59,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -190,7 +190,7 @@ pub struct Told {
     /// What the consumer's reads of the producer's lone messages took, per size class
     /// of `crate::lone` (ns per KiB, the least of its last few; 0: none yet), for the
     /// producer's lone judge.
-    pub lone: [AtomicU32; 2],
+    pub lone: [AtomicU32; crate::LONE_CLASSES],
     /// The way of the consumer's latest large read from the producer, per size class
     /// of `crate::pull`, with a count of them (`crate::pull::Reader::lead`; 0: none
     /// yet). Where the consumer leads the pair, the producer's own large reads from
@@ -577,9 +577,9 @@ impl Producer {
 
     /// What the consumer's reads of this producer's lone messages take, per size class
     /// (`crate::lone`; ns per KiB, 0: none yet).
-    pub fn reads(&self) -> [u32; 2] {
+    pub fn reads(&self) -> [u32; crate::LONE_CLASSES] {
         let r = &self.mem.ctrl().told.lone;
-        [r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed)]
+        std::array::from_fn(|c| r[c].load(Ordering::Relaxed))
     }
 
     /// The consumer's word for its latest large read of this producer's memory in
@@ -831,7 +831,7 @@ impl Consumer {
 
     /// The words in which this consumer tells the producer what its reads of the
     /// producer's lone messages take (`crate::lone`).
-    pub fn reads(&self) -> &[AtomicU32; 2] {
+    pub fn reads(&self) -> &[AtomicU32; crate::LONE_CLASSES] {
         &self.mem.ctrl().told.lone
     }
 

@@ -31,7 +31,7 @@
 //! impl Transport for Loopback {
 //!     fn rank(&self) -> Rank { 0 }
 //!     fn size(&self) -> u32 { 1 }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1 << 16, ctrl_slots: 64, ring_bytes: 0, put: false, get: false, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX, cross_read_above: u64::MAX } }
 //!     fn try_send(&mut self, _peer: Rank, header: &[u8], payload: &[u8]) -> Result<(), TransportError> {
 //!         self.0.push_back([header, payload].concat());
 //!         Ok(())
@@ -122,6 +122,13 @@ pub struct Caps {
     /// channel and out again, even under the protocol's eager limit. `u64::MAX` =
     /// never (transports that have not measured it).
     pub lone_read_above: u64,
+    /// A message of more than this many bytes, sent while the peer's own large sends
+    /// keep arriving (traffic crossing both ways), is cheaper read once by its
+    /// receiver than carried through the channel, under the protocol's eager limit
+    /// too. Unlike a lone message's, this read is not judged per message, so a
+    /// transport sets it where the read wins in every state measured. `u64::MAX` =
+    /// never.
+    pub cross_read_above: u64,
 }
 
 /// How a one-sided operation stands when [`Transport::put`] or [`Transport::get`]

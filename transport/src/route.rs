@@ -11,7 +11,7 @@
 //! impl Transport for Part {
 //!     fn rank(&self) -> Rank { self.me }
 //!     fn size(&self) -> u32 { self.size }
-//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX } }
+//!     fn caps(&self) -> Caps { Caps { max_ctrl: 1024, ctrl_slots: 8, ring_bytes: 0, put: true, get: true, registers: false, put_inline: 0, put_bounce: 0, lone_read_above: u64::MAX, cross_read_above: u64::MAX } }
 //!     fn try_send(&mut self, peer: Rank, _: &[u8], _: &[u8]) -> Result<(), TransportError> {
 //!         assert!(self.peers.contains(&peer));
 //!         self.sent.push(peer);
@@ -123,6 +123,7 @@ fn combine(mut caps: impl Iterator<Item = Caps>) -> Caps {
         put_bounce: a.put_bounce.min(b.put_bounce),
         // measured per transport: reads where every part's are cheaper
         lone_read_above: a.lone_read_above.max(b.lone_read_above),
+        cross_read_above: a.cross_read_above.max(b.cross_read_above),
     })
 }
 
@@ -341,6 +342,7 @@ mod tests {
             put_inline: 0,
             put_bounce: 0,
             lone_read_above: u64::MAX,
+            cross_read_above: u64::MAX,
         }
     }
 
@@ -375,6 +377,7 @@ mod tests {
                 put_inline: 0,
                 put_bounce: 0,
                 lone_read_above: u64::MAX,
+                cross_read_above: u64::MAX,
             }
         );
         for peer in [0, 1, 2, 2] {

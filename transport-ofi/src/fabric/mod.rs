@@ -816,6 +816,7 @@ impl Transport for OfiTransport {
             put_bounce: 0,
             // not measured over a network: eager up to the eager limit
             lone_read_above: u64::MAX,
+            cross_read_above: u64::MAX,
         }
     }
 

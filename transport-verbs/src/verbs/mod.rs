@@ -671,6 +671,7 @@ impl Transport for VerbsTransport {
             put_bounce: BOUNCE_SLOT,
             // not measured over a network: eager up to the eager limit
             lone_read_above: u64::MAX,
+            cross_read_above: u64::MAX,
         }
     }
 
