@@ -720,7 +720,7 @@ impl ShmTransport {
 
     /// A read of `len` bytes from slot `i` took `took`: if it was a lone message's,
     /// the peer's judge is told what such reads take ([`lone`]), through the ring from
-    /// that peer (`RingCtrl::reads`).
+    /// that peer (`Told::lone`).
     fn lone_read(&mut self, i: usize, len: usize, took: std::time::Duration) {
         if let Some((class, least)) = self.lone[i].read_took(len, took.as_nanos() as u64) {
             let ring = &self.inbound[i - usize::from(i > self.me)].ring;

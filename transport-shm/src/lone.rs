@@ -14,18 +14,21 @@
 //! So the sender measures both, per peer and per size class, and answers
 //! [`transport::Transport::prefers_read`] from them:
 //!
-//! - the ring: the time its own copy into the ring takes, for messages pushed into an
-//!   empty ring (a lone message; the receiver's copy out costs about the same again),
-//!   the least of the last [`KEEP`] per class, counted only once the ring has been
-//!   written through a whole lap (`Producer::lapped`: a first-lap copy of 64 KiB,
-//!   into memory never written before, took 7-8 µs here against 2.5-3.5 µs later);
+//! - the ring: the time its own copy into the ring takes, for the lone messages it
+//!   sends through the ring (the protocol's lone: every message before it taken by
+//!   the peer; the receiver's copy out is taken to cost about the same again, which
+//!   at 8 KiB on the Intel machine of issue 11's fifty-seventh round missed about
+//!   half of the ring's cost), the least of the last [`KEEP`] per class, counted
+//!   only once the ring has been written through a whole lap (`Producer::lapped`: a
+//!   first-lap copy of 64 KiB, into memory never written before, took 7-8 µs here
+//!   against 2.5-3.5 µs later);
 //! - the read: a `process_vm_readv` of its own memory, the class's largest size,
 //!   timed once, at the class's first lone message, times [`REMOTE_FACTOR`] (a read of
 //!   another, running process costs more: AMD Zen 3 here, 32 KiB in 6.3-7.9 µs
 //!   against ~4 µs): the read's copy without the crossing of the send request and its
 //!   answer, which [`READ_EXTRA_NS`] adds. Once the peer has read lone messages of
 //!   this rank, what it tells of them counts instead: the least of its last [`KEEP`]
-//!   real reads per class (`RingCtrl::reads`, written by the peer's transport).
+//!   real reads per class (`Told::lone`, written by the peer's transport).
 //!
 //! It prefers the read when the ring's two copies take longer than the read and its
 //! extra. Reading, it still sends one lone message in [`PROBE_EVERY`] of the class
@@ -212,7 +215,7 @@ impl Lone {
 
     /// This rank read a lone message of `len` bytes from the peer in `ns`: its class
     /// and the least of the last [`KEEP`] such reads (ns per KiB), which the transport
-    /// tells the peer's judge (`RingCtrl::reads`), if the size is judged.
+    /// tells the peer's judge (`Told::lone`), if the size is judged.
     pub fn read_took(&mut self, len: usize, ns: u64) -> Option<(usize, u32)> {
         let i = Self::class(len)?;
         let c = &mut self.classes[i];
