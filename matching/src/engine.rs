@@ -1545,7 +1545,7 @@ impl Engine {
         let lone = fits
             && spec.read_if_lone
             && p.waiting.len() == 1
-            && Self::lone(&self.cfg, self.me, p, &spec);
+            && Self::lone(&self.cfg, self.me, p, spec.dest, spec.len, spec.mode);
         // traffic crosses: read, whether lone or not (rule 19)
         let cross = fits
             && p.cross_left > 0
@@ -1606,11 +1606,12 @@ impl Engine {
     /// The first send of a stream is lone, the ones that follow it while it is in
     /// flight are not.
     #[inline(always)]
-    fn lone(cfg: &Config, me: Rank, p: &Peer, spec: &SendSpec) -> bool {
-        // (`p.waiting` holds this send already: the caller checks it holds only it)
-        spec.len > cfg.lone_read_above
-            && spec.mode == SendMode::Standard
-            && spec.dest != me
+    fn lone(cfg: &Config, me: Rank, p: &Peer, dest: Rank, len: u64, mode: SendMode) -> bool {
+        // (`p.waiting` holds this send already, or [`Engine::lone_now`] asks before
+        // it does: the caller checks the rest)
+        len > cfg.lone_read_above
+            && mode == SendMode::Standard
+            && dest != me
             && p.outbox.is_empty()
             && p.credits_back(cfg)
     }
@@ -1624,16 +1625,15 @@ impl Engine {
     #[inline]
     pub fn lone_now(&self, dest: Rank, len: u64, mode: SendMode) -> bool {
         let cfg = &self.cfg;
-        // (the size first: a small send is answered by one comparison)
+        // (the size first: a small send is answered by one comparison; then what
+        // `start_send` checks around `lone`: the eager protocol carries it, and no
+        // other send waits for a reply from `dest`)
         len > cfg.lone_read_above
             && cfg.protocol == RecvProtocol::Eager
             && len <= cfg.eager_limit
-            && mode == SendMode::Standard
-            && dest != self.me
-            && self
-                .peers
-                .get(dest as usize)
-                .is_some_and(|p| p.waiting.is_empty() && p.outbox.is_empty() && p.credits_back(cfg))
+            && self.peers.get(dest as usize).is_some_and(|p| {
+                p.waiting.is_empty() && Self::lone(cfg, self.me, p, dest, len, mode)
+            })
     }
 
     /// The fast path of a standard send whose message can leave at once and carries its
