@@ -838,7 +838,7 @@ impl Transport for ShmTransport {
             ctrl_slots: CTRL_SLOTS,
             // two wrap-around pads (each shorter than a maximum record) may sit in
             // the ring besides the messages
-            ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD - ring::HOLD_BYTES,
+            ring_bytes: RING_BYTES - 2 * ring::MAX_RECORD - ring::HOLD_BYTES - ring::LINE,
             put: self.cma,
             get: self.cma,
             registers: false,
