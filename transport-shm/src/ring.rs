@@ -500,8 +500,11 @@ pub struct Producer {
     /// (the small lap at the first record, then [`Producer::map_ahead`]'s steps): a
     /// high-water mark, only raised.
     mapped: usize,
-    /// The lines that may hold an earlier multi-line record's bytes.
+    /// The lines that may hold the bytes of a record its consumer did not clear.
     stale: Stale,
+    /// Records of more than this many bytes go by `clear_after`: [`UNCLEARED_ABOVE`]
+    /// while no line is stale, else 0 (every record), so that a push tests one word.
+    watch_above: usize,
     /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
     /// beyond), and the room it left at the ring's start (its offset less the lag it
     /// allowed).
@@ -561,7 +564,7 @@ impl Stale {
     /// releases their space) and says whether the line at `next` (outside the
     /// record) may be stale, which the producer must then clear before it publishes
     /// the record. Called for records of more than [`UNCLEARED_ABOVE`] bytes and
-    /// while some line is stale ([`Stale::n`]).
+    /// while some line is stale ([`Stale::n`]; the producer's `watch_above`).
     #[inline(never)]
     fn settle(&mut self, off: usize, sz: usize, next: usize) -> bool {
         self.range(off, sz, sz > UNCLEARED_ABOVE);
@@ -591,6 +594,7 @@ impl Producer {
             recheck: 0,
             mapped: 0,
             stale: Stale::default(),
+            watch_above: UNCLEARED_ABOVE,
             #[cfg(test)]
             last_early_pad: None,
         }
@@ -744,27 +748,22 @@ impl Producer {
             0
         };
         let end = self.tail + (pad + sz) as u64;
-        if end + LINE as u64 - self.head_cache > RING_BYTES as u64 {
+        // (the line after the record must be free too: see `clear_after`)
+        if end - self.head_cache > (RING_BYTES - LINE) as u64 {
             // Looks full: refresh the cached head (the only read of the consumer's line).
             self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
-            if end + LINE as u64 - self.head_cache > RING_BYTES as u64 {
+            if end - self.head_cache > (RING_BYTES - LINE) as u64 {
                 return false;
             }
         }
         let pos = self.tail + pad as u64;
         let roff = line_off(pos);
-        // The line after the record, where the consumer looks next: cleared before
-        // the record is published if it may hold the bytes of an earlier record that
-        // its consumer did not clear (one of more than UNCLEARED_ABOVE bytes).
-        let next = line_off(end);
-        let stale =
-            (sz > UNCLEARED_ABOVE || self.stale.n != 0) && self.stale.settle(roff, sz, next);
+        if sz > self.watch_above {
+            self.clear_after(roff, sz, line_off(end));
+        }
         let parts = [header, payload];
         if len < STREAM_FROM {
             self.mem.write_all(roff + HDR, parts);
-            if stale {
-                self.mem.word(next).store(0, Ordering::Relaxed);
-            }
             // Publish: the header word is written last, with Release, so a consumer
             // that sees it also sees the bytes.
             self.mem
@@ -774,9 +773,6 @@ impl Producer {
                 self.publish_pad(off);
             }
         } else {
-            if stale {
-                self.mem.word(next).store(0, Ordering::Relaxed);
-            }
             self.push_streamed(pos, parts, len, (pad > 0).then_some(off), flags);
         }
         self.tail = end;
@@ -785,6 +781,26 @@ impl Producer {
 }
 
 impl Producer {
+    /// Before a record of `sz` bytes at data offset `off` is written, for a record
+    /// of more than [`UNCLEARED_ABOVE`] bytes or while some line is stale: updates
+    /// the map ([`Stale::settle`]) and clears the line at `next`, where the
+    /// consumer looks after the record, if it may hold an uncleared record's bytes.
+    /// The store comes before the record's header is published (`Release`), so the
+    /// consumer that reads the record sees it; the line is free space (a push leaves
+    /// a line to spare), which the consumer has released.
+    #[cold]
+    #[inline(never)]
+    fn clear_after(&mut self, off: usize, sz: usize, next: usize) {
+        if self.stale.settle(off, sz, next) {
+            self.mem.word(next).store(0, Ordering::Relaxed);
+        }
+        self.watch_above = if self.stale.n != 0 {
+            0
+        } else {
+            UNCLEARED_ABOVE
+        };
+    }
+
     /// The record starts at the beginning of the next lap: let the consumer skip the
     /// tail of this lap, from data offset `off` (stream position `self.tail`).
     fn publish_pad(&mut self, off: usize) {
@@ -1059,13 +1075,13 @@ impl Consumer {
             // at all: their producer keeps a map of their lines (`Stale`) and clears
             // the line after each record it writes, where this consumer looks next,
             // whenever that line is in the map.
-            if sz > LINE && sz <= UNCLEARED_ABOVE {
+            if sz == LINE {
+                self.mem.word(off).store(0, Ordering::Relaxed);
+            } else if sz <= UNCLEARED_ABOVE {
                 if self.holds() {
                     self.release();
                 }
                 self.dirty = (off as u32, (off + sz) as u32);
-            } else if sz == LINE {
-                self.mem.word(off).store(0, Ordering::Relaxed);
             }
             self.advance(sz);
             return Ok(Some(r));
