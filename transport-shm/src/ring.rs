@@ -55,7 +55,7 @@ pub const TIGHT_LAG: usize = 2 * 1024;
 /// a record, where the consumer looks next, before it publishes the record, if that
 /// line may hold such a record's bytes (`Stale`). A consumer's clearing stores into
 /// every line it has read, each then taken back from its cache by the producer's next
-/// copy into it: in a stream of 8–64 KiB messages, `rsmpi-bench bw` carried 1.25–1.35x
+/// copy into it: in a stream of 8–64 KiB messages, `rsmpi-bench bw` carried 1.1–1.35x
 /// more without it (`docs/performance.md`, "Large records left uncleared"). Smaller
 /// multi-line records are still cleared (the producer's clear of the line after each
 /// cost a window of 256 B–2 KiB messages 15–35 %), and so are one-line records,
