@@ -41,7 +41,7 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_CROSS_READ_ABOVE=bytes|off` (a standard send above this size, to a peer whose
 /// own large sends keep arriving while a stream of this rank's is in flight to it, is
 /// read once by the receiver: `Config::cross_read_above`; default the transport's
-/// `Caps::cross_read_above`, 16 KiB on shared memory).
+/// `Caps::cross_read_above`, 8 KiB on shared memory).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {

@@ -175,6 +175,61 @@ fn lone_messages_are_read_once() {
     }
 }
 
+/// Streams both ways at once (`bibw`'s pattern): above the crossing floor
+/// (`transport_shm::CROSS_READ_ABOVE`, 8 KiB) the messages that cross the peer's own
+/// are read once by their receiver (docs/protocol.md rule 19), at and below it they
+/// all go through the ring; every message arrives whole either way.
+#[test]
+fn streams_both_ways_are_read_above_the_crossing_floor() {
+    fn body(u: &rsmpi::Universe) {
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        const WINDOW: usize = 16;
+        for (k, len) in [8 * 1024, 8 * 1024 + 1, 16 * 1024].into_iter().enumerate() {
+            let before = u.stats().cross_reads;
+            let me = w.rank() as u8;
+            for round in 0..8u8 {
+                let out: Vec<Vec<u8>> = (0..WINDOW)
+                    .map(|i| pattern(len, me ^ round ^ i as u8))
+                    .collect();
+                let mut inb = vec![vec![0u8; len]; WINDOW];
+                request::scope(|sc| {
+                    let recvs: Vec<_> = inb
+                        .iter_mut()
+                        .map(|b| peer.immediate_receive_into_with_tag(sc, &mut b[..], k as i32))
+                        .collect();
+                    let sends: Vec<_> = out
+                        .iter()
+                        .map(|d| peer.immediate_send_with_tag(sc, &d[..], k as i32))
+                        .collect();
+                    for r in sends {
+                        r.wait();
+                    }
+                    for r in recvs {
+                        r.wait();
+                    }
+                });
+                for (i, b) in inb.iter().enumerate() {
+                    let want = pattern(len, (1 - me) ^ round ^ i as u8);
+                    assert!(*b == want, "{len} B, round {round}, message {i}");
+                }
+            }
+            let read = u.stats().cross_reads - before;
+            if len > 8 * 1024 {
+                assert!(read > 0, "{len} B: none read: {}", u.stats());
+            } else {
+                assert_eq!(read, 0, "{len} B: {}", u.stats());
+            }
+            w.barrier();
+        }
+    }
+    job(
+        2,
+        "streams_both_ways_are_read_above_the_crossing_floor",
+        body,
+    );
+}
+
 /// Send and receive buffers at the relative page offsets that matter for 4 KiB
 /// aliasing (`transport::copy`): the receive buffer 0, 16, 31 and 32 bytes past the
 /// send buffer modulo 4 KiB, through the ring (whole and streamed records), lone reads

@@ -73,12 +73,16 @@
 pub const LONE_READ_ABOVE: u64 = 8 * 1024;
 /// Messages of more than this many bytes that cross traffic of the peer's own large
 /// sends are read once by their receiver ([`transport::Caps::cross_read_above`],
-/// docs/protocol.md rule 19), unjudged: the lone messages' switch until issue 11's
-/// fifty-seventh round, kept where it was when that one went down to 8 KiB. On the
-/// Intel machine of that round crossing reads from 4 KiB carried `bibw` 16 KiB at
-/// 14.0-15.5 GB/s against the ring's 8.2-8.9, but 8 KiB at 9.0-9.7 against
-/// 10.1-10.3, and on the AMD machine before it the ring won at 8-16 KiB.
-pub const CROSS_READ_ABOVE: u64 = 16 * 1024;
+/// docs/protocol.md rule 19), unjudged. It was the lone messages' switch, 16 KiB,
+/// until issue 11's fifty-eighth round. On the Intel machine of that round, with
+/// large records no longer cleared by their consumer (`ring::UNCLEARED_ABOVE`),
+/// crossing reads carried `bibw` 16 KiB at 11.4-15.7 GB/s against the ring's 7.1-8.4
+/// (3 alternating rounds); in the fifty-seventh, crossing reads from 4 KiB lost 8 KiB
+/// (9.0-9.7 against 10.1-10.3), so 8 KiB still goes through the ring. On the AMD
+/// machine of the thirty-eighth round reads lost at 8 KiB and were about level at 16
+/// KiB (5.4-7.0 against 5.4-8.9 GB/s; `docs/performance.md`, "Streams both ways read
+/// once" and "Crossing reads above 8 KiB").
+pub const CROSS_READ_ABOVE: u64 = 8 * 1024;
 /// The size classes judged apart, by their largest message: (8, 16], (16, 32] and
 /// (32, 64] KiB. A read's fixed cost (the system call, ~0.4 µs) weighs more in the
 /// smaller classes, so each is measured for itself.
