@@ -502,9 +502,6 @@ pub struct Producer {
     mapped: usize,
     /// The lines that may hold the bytes of a record its consumer did not clear.
     stale: Stale,
-    /// Records of more than this many bytes go by `clear_after`: [`UNCLEARED_ABOVE`]
-    /// while no line is stale, else 0 (every record), so that a push tests one word.
-    watch_above: usize,
     /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
     /// beyond), and the room it left at the ring's start (its offset less the lag it
     /// allowed).
@@ -518,7 +515,7 @@ const STALE_WORDS: usize = RING_BYTES / LINE / 64;
 /// The producer's map of the lines that may hold bytes of an earlier record which
 /// its consumer did not clear (one of more than [`UNCLEARED_ABOVE`] bytes): one bit
 /// per line, and how many are set, so that while none is (a job of small messages)
-/// a push tests one word.
+/// a push of a small record only tests the count.
 struct Stale {
     bits: Box<[u64; STALE_WORDS]>,
     /// Bits set.
@@ -564,8 +561,7 @@ impl Stale {
     /// releases their space) and says whether the line at `next` (outside the
     /// record) may be stale, which the producer must then clear before it publishes
     /// the record. Called for records of more than [`UNCLEARED_ABOVE`] bytes and
-    /// while some line is stale ([`Stale::n`]; the producer's `watch_above`).
-    #[inline(never)]
+    /// while some line is stale ([`Stale::n`]).
     fn settle(&mut self, off: usize, sz: usize, next: usize) -> bool {
         self.range(off, sz, sz > UNCLEARED_ABOVE);
         let l = next / LINE;
@@ -594,7 +590,6 @@ impl Producer {
             recheck: 0,
             mapped: 0,
             stale: Stale::default(),
-            watch_above: UNCLEARED_ABOVE,
             #[cfg(test)]
             last_early_pad: None,
         }
@@ -758,7 +753,7 @@ impl Producer {
         }
         let pos = self.tail + pad as u64;
         let roff = line_off(pos);
-        if sz > self.watch_above {
+        if sz > UNCLEARED_ABOVE || self.stale.n != 0 {
             self.clear_after(roff, sz, line_off(end));
         }
         let parts = [header, payload];
@@ -794,11 +789,6 @@ impl Producer {
         if self.stale.settle(off, sz, next) {
             self.mem.word(next).store(0, Ordering::Relaxed);
         }
-        self.watch_above = if self.stale.n != 0 {
-            0
-        } else {
-            UNCLEARED_ABOVE
-        };
     }
 
     /// The record starts at the beginning of the next lap: let the consumer skip the
