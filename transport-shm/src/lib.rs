@@ -83,7 +83,11 @@
 //! (docs/performance.md, "A tight lap": 1–4 KiB ping-pongs in 0.64–0.92x the time).
 //! Between the tight and the small lap the producer reads `head` at most once per
 //! `TIGHT_LAG` bytes. After a tight lap's pad at least `TIGHT_LAP - TIGHT_LAG`
-//! bytes (a window of 64 records of three lines) fit before `Full`.
+//! bytes (a window of 64 records of three lines) fit before `Full`. Only records of
+//! at most [`TIGHT_RECORD`] bytes, and streamed ones, take the tight lap: a record of
+//! a 4–16 KiB message goes on to the small lap, where a 4–8 KiB ping-pong ran in
+//! 0.86–0.88x the time on the Intel machine in its far state (docs/performance.md,
+//! "A 4–16 KiB record's lap").
 //!
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
@@ -223,7 +227,7 @@ pub use push::{
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
     CTRL_SLOTS, FRAG, HOLD_BYTES, MAX_CTRL, RING_BYTES, SMALL_LAP, STREAM_FROM, TIGHT_LAG,
-    TIGHT_LAP, UNCLEARED_ABOVE, WRAP_LAG,
+    TIGHT_LAP, TIGHT_RECORD, UNCLEARED_ABOVE, WRAP_LAG,
 };
 
 /// Exchange key under which each rank publishes its pid (decimal).
