@@ -89,6 +89,21 @@
 //! 0.86–0.88x the time on the Intel machine in its far state (docs/performance.md,
 //! "A 4–16 KiB record's lap").
 //!
+//! **The next record's lines asked for ahead.** After it publishes a record of more
+//! than one line, the producer asks the core for the lines a next record of the same
+//! size would take (at the tail, or at the ring's start when that record would lap
+//! early and the consumer kept up at the latest decision), for writing: x86's
+//! `PREFETCHW`, where CPUID reports it (`ring::Producer::prepare_next`). It leaves
+//! out the line at the tail, which the consumer is polling. Each of those lines was
+//! last in the consumer's cache, read (and for records of up to 4 KiB cleared) a lap
+//! before, and a store into it waits until the line is taken back; the header word
+//! is stored last, so the record became visible only after all of them. Taken back
+//! while the producer waits for an answer or copies its next message, they are its
+//! own when the next record is written: in the far state, one-way latency at 64 B–8
+//! KiB in 0.56–0.94x the time, 64 B 0.42 → 0.23 µs (docs/performance.md, "The next
+//! record's lines asked for ahead"). It is a hint: it never changes a byte, and a
+//! wrong guess costs only time.
+//!
 //! **Consumer** (the owner of the segment): loads the header word at its `head`
 //! (`Acquire`). It is ready exactly when it is VALID with the expected sequence number,
 //! so an empty poll reads one cache line, and an 8..56-byte message is delivered with

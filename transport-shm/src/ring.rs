@@ -156,6 +156,39 @@ pub const fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
+/// Whether a record of `sz` bytes (a `len`-byte message) at data offset `off` goes
+/// back to the ring's start early if its consumer has kept up
+/// ([`Producer::early_pad`]): past the tight lap, with room for the lag in front of
+/// it, when it is a record of at most [`TIGHT_RECORD`] bytes, a streamed one, or
+/// past the small lap.
+#[inline(always)]
+const fn may_lap_early(off: usize, sz: usize, len: usize) -> bool {
+    off >= TIGHT_LAP
+        && sz + TIGHT_LAG <= off
+        && (sz <= TIGHT_RECORD || off >= SMALL_LAP || len >= STREAM_FROM)
+}
+
+/// Whether this core has `PREFETCHW` (CPUID leaf `0x8000_0001`, ECX bit 8; Linux's
+/// `3dnowprefetch`), which [`RingMem::prefetch_write`] uses. Every x86_64 CPU has
+/// that leaf; Intel's before Broadwell lack the bit.
+fn has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| {
+            // (`__cpuid` is an unsafe function in the older Rust of `rust-version`, a
+            // safe one in newer)
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID exists on every x86_64 CPU, and so does leaf 0x8000_0001
+            // (its EDX holds the long-mode bit); it only reads identification bits.
+            let leaf = unsafe { std::arch::x86_64::__cpuid(0x8000_0001) };
+            leaf.ecx & (1 << 8) != 0
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Bytes a record carrying a `len`-byte message occupies in the ring.
 pub const fn record_size(len: usize) -> usize {
     round_up(HDR + len, LINE)
@@ -412,6 +445,37 @@ impl RingMem {
         }
     }
 
+    /// Asks the core for the lines of data offsets `from..to` (line-aligned, at most
+    /// [`RING_BYTES`]) for writing, with x86's `PREFETCHW`: each line is fetched in the
+    /// exclusive state, its copy in the consumer's cache invalidated, in the background,
+    /// so that the stores that later fill it retire into a line already owned
+    /// ([`Producer::prepare_next`]). Only where [`has_prefetchw`] says the core has the
+    /// instruction; a no-op on other architectures.
+    #[inline(never)]
+    fn prefetch_write(&self, from: usize, to: usize) {
+        debug_assert!(from <= to && to <= RING_BYTES && from % LINE == 0);
+        #[cfg(target_arch = "x86_64")]
+        for off in (from..to.min(RING_BYTES)).step_by(LINE) {
+            let line = self.data.as_ptr().wrapping_add(off);
+            // SAFETY: PREFETCHW is a hint: it never faults (not even on an address
+            // outside any mapping), reads nothing into a register and changes no byte
+            // of memory, so it cannot break the ring's protocol whichever line it
+            // names (these are inside the data area anyway); at worst it moves a line
+            // the consumer is reading, which costs time, not correctness. The callers
+            // run it only where CPUID reports the instruction (`has_prefetchw`). It
+            // touches no stack or flags, as the options say.
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{line}]",
+                    line = in(reg) line,
+                    options(nostack, preserves_flags, readonly)
+                )
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (from, to);
+    }
+
     /// Copies `parts` back to back to data offset `off` (a whole message). Always
     /// inlined: with a second caller of `try_push` (the timed push of a lone message,
     /// `lone`) LLVM put it out of line, and a small send paid 12 instructions for the
@@ -510,6 +574,15 @@ pub struct Producer {
     mapped: usize,
     /// The lines that may hold the bytes of a record its consumer did not clear.
     stale: Stale,
+    /// Whether the consumer had kept up at the latest early pad's decision
+    /// ([`Producer::early_pad`]): whether a ping-pong's next record is expected at
+    /// the ring's start ([`Producer::next_lines`]).
+    kept_up: bool,
+    /// Whether to ask for the next record's lines ahead ([`has_prefetchw`]).
+    prefetchw: bool,
+    /// The data offsets [`Producer::prepare_next`] last asked for.
+    #[cfg(test)]
+    last_prepared: Option<(usize, usize)>,
     /// The position and length of the last pad written early (at [`TIGHT_LAP`] or
     /// beyond), and the room it left at the ring's start (its offset less the lag it
     /// allowed).
@@ -598,6 +671,10 @@ impl Producer {
             recheck: 0,
             mapped: 0,
             stale: Stale::default(),
+            kept_up: true,
+            prefetchw: has_prefetchw(),
+            #[cfg(test)]
+            last_prepared: None,
             #[cfg(test)]
             last_early_pad: None,
         }
@@ -619,14 +696,17 @@ impl Producer {
         };
         if self.tail - self.head_cache > lag {
             if self.tail < self.recheck {
+                self.kept_up = false;
                 return 0;
             }
             self.head_cache = self.mem.ctrl().head.load(Ordering::Acquire);
             self.recheck = self.tail + lag;
             if self.tail - self.head_cache > lag {
+                self.kept_up = false;
                 return 0;
             }
         }
+        self.kept_up = true;
         #[cfg(test)]
         {
             self.last_early_pad = Some((self.tail, RING_BYTES - off, off - lag as usize));
@@ -745,10 +825,7 @@ impl Producer {
         // kept up.
         let pad = if off + sz > RING_BYTES {
             RING_BYTES - off
-        } else if off >= TIGHT_LAP
-            && sz + TIGHT_LAG <= off
-            && (sz <= TIGHT_RECORD || off >= SMALL_LAP || len >= STREAM_FROM)
-        {
+        } else if may_lap_early(off, sz, len) {
             self.early_pad(off, sz)
         } else {
             0
@@ -782,11 +859,49 @@ impl Producer {
             self.push_streamed(pos, parts, len, (pad > 0).then_some(off), flags);
         }
         self.tail = end;
+        if sz > LINE {
+            self.prepare_next(sz, len);
+        }
         true
     }
 }
 
 impl Producer {
+    /// After a record of `sz` bytes (a `len`-byte message) of more than one line is
+    /// published: asks the core for the lines a next record of the same size would
+    /// take ([`Producer::next_lines`]) for writing ([`RingMem::prefetch_write`]).
+    /// Their copies in the consumer's cache, from its read of the lap before, are
+    /// invalidated while this rank waits for an answer or copies its next message,
+    /// not while the next record's stores drain ahead of its header: in the far
+    /// state, 64 B–8 KiB one-way latency in 0.56–0.94x the time (docs/performance.md,
+    /// "The next record's lines asked for ahead").
+    #[inline(never)]
+    fn prepare_next(&mut self, sz: usize, len: usize) {
+        let (from, to) = self.next_lines(sz, len);
+        #[cfg(test)]
+        {
+            self.last_prepared = Some((from, to));
+        }
+        if self.prefetchw {
+            self.mem.prefetch_write(from, to);
+        }
+    }
+
+    /// The data offsets a next record of `sz` bytes (a `len`-byte message) is
+    /// expected to take: at the ring's start if it would not fit before the end, or
+    /// if it may lap early ([`may_lap_early`]) and the consumer kept up at the
+    /// latest decision; else right after the tail, less the first line there, which
+    /// the consumer is polling (taking it would only make the consumer's next poll
+    /// fetch it back).
+    fn next_lines(&self, sz: usize, len: usize) -> (usize, usize) {
+        let off = line_off(self.tail);
+        if off + sz > RING_BYTES || (self.kept_up && may_lap_early(off, sz, len)) {
+            (0, sz)
+        } else {
+            (off + LINE, off + sz)
+        }
+    }
+
     /// Before a record of `sz` bytes at data offset `off` is written, for a record
     /// of more than [`UNCLEARED_ABOVE`] bytes or while some line is stale: updates
     /// the map ([`Stale::settle`]) and clears the line at `next`, where the
@@ -1344,6 +1459,70 @@ mod tests {
                 "{len} B: {laps} laps"
             );
         }
+    }
+
+    /// The lines a producer asks for after a record are those the next record of the
+    /// same size takes: in a ping-pong (laps at the tight or the small lap, and the
+    /// end of the ring), and in a stream whose consumer lags (no early laps). Fails
+    /// if the guess ignores early laps, or the consumer's lag.
+    #[test]
+    fn the_next_records_lines_are_asked_for_where_it_goes() {
+        // (the record's lines, less the first when the consumer polls it)
+        fn lines_of_last(p: &Producer, sz: usize) -> (usize, usize) {
+            let at = line_off(p.tail - sz as u64);
+            (if at == 0 { 0 } else { at + LINE }, at + sz)
+        }
+        for len in [100, 1000, TIGHT_RECORD, 8 * 1024, STREAM_FROM, 40_000] {
+            let sz = record_size(len);
+            let body = vec![3u8; len - 8];
+            // a ping-pong
+            let mut ring = HeapRing::new();
+            let (mut p, mut c) = ring.pair();
+            let (mut starts, mut rounds) = (0, 0);
+            for i in 0..3_000u64 {
+                let asked = p.last_prepared;
+                assert!(p.try_push(&i.to_le_bytes(), &body));
+                if let Some(asked) = asked {
+                    assert_eq!(asked, lines_of_last(&p, sz), "{len} B, round {i}");
+                    rounds += 1;
+                    starts += usize::from(asked.0 == 0);
+                }
+                assert!(c.pop(|m| m.len() == len).unwrap().unwrap());
+                assert!(c.pop(|_| ()).unwrap().is_none());
+            }
+            assert!(
+                rounds == 2_999 && starts >= 2_999 * sz / (SMALL_LAP + 2 * sz),
+                "{len} B: {starts} laps"
+            );
+            // a stream the consumer drains only when the ring is full: the guess
+            // misses at most twice a drain (the first record to lap early after it,
+            // and the first not to)
+            let mut ring = HeapRing::new();
+            let (mut p, mut c) = ring.pair();
+            let (mut i, mut checked, mut missed, mut drains) = (0u64, 0, 0, 0);
+            while checked < 20_000 {
+                let asked = p.last_prepared;
+                if !p.try_push(&i.to_le_bytes(), &body) {
+                    while c.pop(|_| ()).unwrap().is_some() {}
+                    drains += 1;
+                    continue;
+                }
+                i += 1;
+                if let Some(asked) = asked {
+                    checked += 1;
+                    missed += usize::from(asked != lines_of_last(&p, sz));
+                }
+            }
+            assert!(
+                drains > 0 && missed <= 2 * drains + 1,
+                "{len} B, stream: {missed} missed, {drains} drains"
+            );
+        }
+        // one-line records ask for nothing
+        let mut ring = HeapRing::new();
+        let (mut p, _c) = ring.pair();
+        assert!(p.try_push(b"12345678", &[1; 40]));
+        assert_eq!(p.last_prepared, None);
     }
 
     /// Payloads whose every line starts with a header valid at the same place one lap
