@@ -82,18 +82,8 @@ per_round() { # name, command...: the self loop
 }
 
 # Rank $CGRANK (0 unless set) of a job under callgrind, collecting inside function
-# $CGFN only; the other ranks natively. The rank comes from whichever launcher
-# started us.
-cat >"$out/rank.sh" <<'EOF'
-#!/bin/sh
-r=${RSMPI_RANK:-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}
-if [ "$r" = "${CGRANK:-0}" ]; then
-    exec valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$CGFN" \
-        --callgrind-out-file="$CGDIR/cg$r" "$@" 2>"$CGDIR/err$r"
-fi
-exec "$@"
-EOF
-chmod +x "$out/rank.sh"
+# $CGFN only; the other ranks natively (benches/callgrind-rank.sh).
+rank="$PWD/benches/callgrind-rank.sh"
 export CGDIR="$out"
 
 # Both ranks of a job under callgrind: rank 0 collecting in send_window, rank 1 in
@@ -145,8 +135,8 @@ between() { # fn, rank, runs, n1, n2, program, launcher...: instructions per uni
             # jobs; "-" if a job collected nothing
     bfn=$1; brank=$2; bruns=$3; bn1=$4; bn2=$5; bprog=$6; shift 6
     export CGFN="$bfn" CGRANK="$brank"
-    ba=$(lowest "$bruns" "$brank" "$@" "$out/rank.sh" "$bprog" "$bn1")
-    bb=$(lowest "$bruns" "$brank" "$@" "$out/rank.sh" "$bprog" "$bn2")
+    ba=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn1")
+    bb=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn2")
     if [ -n "$ba" ] && [ -n "$bb" ]; then
         echo "$(( (bb - ba) / (bn2 - bn1) ))"
     else
@@ -174,7 +164,7 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
          # REPEAT jobs, the sleeps' cost subtracted
     fn=$1; napfn=$2; prog=$3; shift 3
     export CGFN="$fn" CGRANK=0
-    best=$(lowest "$REPEAT" 0 "$@" "$out/rank.sh" "$prog" "$PR")
+    best=$(lowest "$REPEAT" 0 "$@" "$rank" "$prog" "$PR")
     [ -n "$best" ] || { echo "-"; return; }
     echo "$(( (best - $(naps "$napfn" "$prog")) / PR ))"
 }

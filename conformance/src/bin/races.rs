@@ -16,7 +16,8 @@
 //!   and 2, each sender its own).
 //! * `table2-N`: the paper's overhead workload (every rank sends rank 0 N messages,
 //!   received with `ANY_SOURCE`); rank 0 prints the time. Not a test: run it by hand
-//!   with and without `RSMPI_CHECK=races` (`docs/tools.md`).
+//!   with and without `RSMPI_CHECK=races` (`docs/tools.md`);
+//!   `benches/races-callgrind.sh` counts its instructions per message.
 //! * `waitany`, `probe` (3 ranks): wildcard receives completed through `wait_any`, and
 //!   wildcard probes; one race each.
 //! * `self` (2 ranks): a wildcard receive takes its own rank's message, sent to
@@ -216,6 +217,9 @@ fn any_of(w: &impl Communicator, how: &str) {
 
 /// MPIRace-Check's Table 2 workload: every rank but 0 sends rank 0 `n` 8-byte
 /// messages, which rank 0 receives with `ANY_SOURCE`; rank 0 prints the time.
+/// Kept out of line, so that callgrind can collect in it alone
+/// (`benches/races-callgrind.sh`).
+#[inline(never)]
 fn table2(w: &impl Communicator, n: u64) {
     w.barrier();
     let t = std::time::Instant::now();
