@@ -38,13 +38,11 @@ collected() { # the instructions valgrind reports in its stderr, $1
 }
 once() { # rank, messages per sender, check (off or races): instructions collected
     rm -f "$out/err$1"
-    if [ "$3" = off ]; then
-        env -u RSMPI_CHECK CGRANK="$1" target/release/rsmpirun -n 3 "$rank" \
-            target/release/races "table2-$2" >/dev/null 2>&1 || true
-    else
-        env RSMPI_CHECK="$3" CGRANK="$1" target/release/rsmpirun -n 3 "$rank" \
-            target/release/races "table2-$2" >/dev/null 2>&1 || true
-    fi
+    chk=
+    [ "$3" = off ] || chk="RSMPI_CHECK=$3"
+    # shellcheck disable=SC2086 # $chk: one assignment or none
+    env -u RSMPI_CHECK $chk CGRANK="$1" target/release/rsmpirun -n 3 "$rank" \
+        target/release/races "table2-$2" >/dev/null 2>&1 || true
     collected "$out/err$1"
 }
 run() { # as once, the lowest of REPEAT runs (a rank that waits spins, and only adds)
