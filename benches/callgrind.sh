@@ -37,6 +37,12 @@
 #   comes. Only rank 0 runs under callgrind, collecting in the function `tests`; per
 #   test = (I(IN2) - I(IN1)) / (IN2 - IN1).
 #
+# * barrier / allreduce: two ranks on shared memory run barriers, or all-reduces of one
+#   double (sum), in a loop (examples/collloop.rs, reference/collloop.c); only rank 0
+#   runs under callgrind, collecting in the loop's function `rounds`; per call =
+#   (I(CN2) - I(CN1)) / (CN2 - CN1), each count the lowest of AREPEAT jobs. Rank 1,
+#   not slowed down, is always ahead, so rank 0 mostly finds its peer's message there.
+#
 # Needs valgrind; the C references need `sh benches/reference/install.sh` and are
 # skipped when their compiler is missing.
 #
@@ -46,6 +52,7 @@
 #                                         each count is the lowest of)
 #   WN1=20 WN2=120                       (the window loop's windows)
 #   IN1=1000 IN2=11000                   (the idle loop's tests)
+#   CN1=500 CN2=3000                     (the collective loops' calls)
 #   TOOLS_OUT=0                          (skip the row "tools out": rsmpi built with
 #                                         RUSTFLAGS="--cfg rsmpi_tools_out", the
 #                                         built-in tools compiled out, in
@@ -64,6 +71,8 @@ WN1=${WN1:-20}
 WN2=${WN2:-120}
 IN1=${IN1:-1000}
 IN2=${IN2:-11000}
+CN1=${CN1:-500}
+CN2=${CN2:-3000}
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -135,8 +144,10 @@ between() { # fn, rank, runs, n1, n2, program, launcher...: instructions per uni
             # jobs; "-" if a job collected nothing
     bfn=$1; brank=$2; bruns=$3; bn1=$4; bn2=$5; bprog=$6; shift 6
     export CGFN="$bfn" CGRANK="$brank"
-    ba=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn1")
-    bb=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn2")
+    # shellcheck disable=SC2086
+    ba=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn1" ${BTAIL:-})
+    # shellcheck disable=SC2086
+    bb=$(lowest "$bruns" "$brank" "$@" "$rank" "$bprog" "$bn2" ${BTAIL:-})
     if [ -n "$ba" ] && [ -n "$bb" ]; then
         echo "$(( (bb - ba) / (bn2 - bn1) ))"
     else
@@ -155,6 +166,15 @@ idle() { # fn, program, launcher...: instructions per idle test (rank 0)
     between "$fn" 0 1 "$IN1" "$IN2" "$prog" "$@"
 }
 
+colls() { # fn, program, launcher...: "barrier allreduce" instructions per call (rank 0)
+    fn=$1; prog=$2; shift 2
+    BTAIL=barrier
+    cb=$(between "$fn" 0 "$AREPEAT" "$CN1" "$CN2" "$prog" "$@")
+    BTAIL=
+    ca=$(between "$fn" 0 "$AREPEAT" "$CN1" "$CN2" "$prog" "$@")
+    echo "$cb $ca"
+}
+
 naps() { # fn, program: instructions of PR sleeps alone
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
         --callgrind-out-file="$out/cgn" "$2" "$PR" sleep 2>"$out/errn" >/dev/null
@@ -170,34 +190,36 @@ pair() { # loop fn, sleep fn, program, launcher...: lowest instructions per roun
 }
 
 cargo build --release --quiet -p rsmpi --example selfloop --example pairloop --example bwloop \
-    --example answerloop --example idlepoll -p rsmpirun --bin rsmpirun
-row() { printf '%-12s %12s %12s %12s %12s %12s %12s\n' "$@"; }
-row implementation "self (8 B)" "pair (8 B)" "answer (8 B)" "window send" "window recv" "idle test"
-row "" "instr/round" "instr/round" "instr/round" "instr/msg" "instr/msg" "instr/test"
+    --example answerloop --example idlepoll --example collloop -p rsmpirun --bin rsmpirun
+row() { printf '%-12s %12s %12s %12s %12s %12s %12s %12s %12s\n' "$@"; }
+row implementation "self (8 B)" "pair (8 B)" "answer (8 B)" "window send" "window recv" "idle test" "barrier" "allreduce"
+row "" "instr/round" "instr/round" "instr/round" "instr/msg" "instr/msg" "instr/test" "instr/call" "instr/call"
 rs_self=$(per_round rsmpi target/release/examples/selfloop)
 rs_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' target/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
 rs_ans=$(answer answerloop::answer target/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
 rs_win=$(sides target/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
 rs_idle=$(idle '*idlepoll*tests*' target/release/examples/idlepoll target/release/rsmpirun -n 2 --timeout 300)
+rs_coll=$(colls '*collloop*rounds*' target/release/examples/collloop target/release/rsmpirun -n 2 --timeout 300)
 # shellcheck disable=SC2086
-row rsmpi "$rs_self" "$rs_pair" "$rs_ans" $rs_win "$rs_idle"
+row rsmpi "$rs_self" "$rs_pair" "$rs_ans" $rs_win "$rs_idle" $rs_coll
 if [ "${TOOLS_OUT:-1}" = 1 ]; then
     # the same loops with the built-in tools compiled out: the difference from the row
     # above is what the tools cost when they are off (issue 14's target: nothing)
     t=target/tools-out
     CARGO_TARGET_DIR=$t RUSTFLAGS="--cfg rsmpi_tools_out" cargo build --release --quiet \
         -p rsmpi --example selfloop --example pairloop --example bwloop --example answerloop \
-        --example idlepoll
+        --example idlepoll --example collloop
     o_self=$(per_round rsmpi-out $t/release/examples/selfloop)
     o_pair=$(pair '*pairloop*rounds*' '*pairloop*naps*' $t/release/examples/pairloop target/release/rsmpirun -n 2 --timeout 300)
     o_ans=$(answer answerloop::answer $t/release/examples/answerloop target/release/rsmpirun -n 2 --timeout 300)
     o_win=$(sides $t/release/examples/bwloop target/release/rsmpirun -n 2 --timeout 300)
     o_idle=$(idle '*idlepoll*tests*' $t/release/examples/idlepoll target/release/rsmpirun -n 2 --timeout 300)
+    o_coll=$(colls '*collloop*rounds*' $t/release/examples/collloop target/release/rsmpirun -n 2 --timeout 300)
     # shellcheck disable=SC2086
-    row "tools out" "$o_self" "$o_pair" "$o_ans" $o_win "$o_idle"
+    row "tools out" "$o_self" "$o_pair" "$o_ans" $o_win "$o_idle" $o_coll
 fi
 if command -v mpicc.mpich >/dev/null; then
-    for l in selfloop pairloop bwloop answerloop idlepoll; do
+    for l in selfloop pairloop bwloop answerloop idlepoll collloop; do
         mpicc.mpich -O2 -o "$out/$l-mpich" "benches/reference/$l.c"
     done
     s=$(per_round mpich "$out/selfloop-mpich")
@@ -205,11 +227,12 @@ if command -v mpicc.mpich >/dev/null; then
     a=$(answer answer "$out/answerloop-mpich" timeout 300 mpirun.mpich -n 2)
     w=$(sides "$out/bwloop-mpich" timeout 300 mpirun.mpich -n 2)
     i=$(idle tests "$out/idlepoll-mpich" timeout 300 mpirun.mpich -n 2)
+    c=$(colls rounds "$out/collloop-mpich" timeout 300 mpirun.mpich -n 2)
     # shellcheck disable=SC2086
-    row mpich "$s" "$p" "$a" $w "$i"
+    row mpich "$s" "$p" "$a" $w "$i" $c
 fi
 if command -v mpicc.openmpi >/dev/null; then
-    for l in selfloop pairloop bwloop answerloop idlepoll; do
+    for l in selfloop pairloop bwloop answerloop idlepoll collloop; do
         mpicc.openmpi -O2 -o "$out/$l-ompi" "benches/reference/$l.c"
     done
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
@@ -218,6 +241,7 @@ if command -v mpicc.openmpi >/dev/null; then
     a=$(answer answer "$out/answerloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
     w=$(sides "$out/bwloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGDIR)
     i=$(idle tests "$out/idlepoll-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
+    c=$(colls rounds "$out/collloop-ompi" timeout 300 mpirun.openmpi -n 2 -x CGFN -x CGRANK -x CGDIR)
     # shellcheck disable=SC2086
-    row openmpi "$s" "$p" "$a" $w "$i"
+    row openmpi "$s" "$p" "$a" $w "$i" $c
 fi

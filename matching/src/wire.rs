@@ -10,6 +10,15 @@
 //! [payload]  SendReq with an eager body only: exactly `len` bytes
 //! ```
 //!
+//! The eager send request of fewer than 16 KiB — every small message — has two forms
+//! that decode in straight code: the short one above, with a credit, context and tag
+//! below 128 (7 or 8 bytes), and a wide one of fixed-width fields where one of them is
+//! larger (14 bytes: version, kind 15, credit and flags of one byte each, then the
+//! context and the tag as four little-endian bytes and the length as two). The wide
+//! form carries every collective's messages (an internal context, a sequence number
+//! as tag) and a user's tags from 128, which the general form's varints had sent
+//! through the general decoder and the engine's general path.
+//!
 //! Sequence numbers are implicit: the k-th `RecvReq` a rank sends to a peer is receive
 //! request k, the i-th `SendReq` is send request i (the channels are FIFO), so only
 //! replies name them. A header is at most [`MAX_HEADER`] bytes.
@@ -220,6 +229,7 @@ mod kind {
     pub const CANCEL_ACK: u8 = 12;
     pub const CREDIT: u8 = 13;
     pub const WRITTEN_INLINE: u8 = 14;
+    pub const SEND_EAGER_WIDE: u8 = 15;
 }
 
 fn tagsel_code(t: TagSel) -> u64 {
@@ -284,6 +294,30 @@ pub fn encode_into(f: &Frame, h: &mut Header) {
                 fl,
             ]);
             h.len = 8;
+            return;
+        }
+        if f.credit < 0x100 && len < SMALL_EAGER_LEN {
+            // a context or tag of more than seven bits (every collective's message,
+            // on its communicator's internal context, and a user's tags from 128):
+            // the wide form, of fixed-width fields (see `wide_eager`)
+            let (c, t, l) = (ctx.to_le_bytes(), (tag as u32).to_le_bytes(), len as u16);
+            h.buf[..WIDE_HEADER].copy_from_slice(&[
+                VERSION,
+                kind::SEND_EAGER_WIDE,
+                f.credit as u8,
+                fl,
+                c[0],
+                c[1],
+                c[2],
+                c[3],
+                t[0],
+                t[1],
+                t[2],
+                t[3],
+                l as u8,
+                (l >> 8) as u8,
+            ]);
+            h.len = WIDE_HEADER as u8;
             return;
         }
     }
@@ -455,7 +489,7 @@ const SMALL_EAGER_LEN: u64 = 1 << 14;
 pub(crate) fn decode_small_eager(bytes: &[u8]) -> Option<SmallEager> {
     let h: &[u8; 7] = bytes.get(..7)?.try_into().ok()?;
     let [VERSION, kind::SEND_EAGER, credit, ctx, tag, l0, x] = *h else {
-        return None;
+        return wide_or_none(bytes);
     };
     if (credit | ctx | tag | l0) < 0x80 {
         // a length of one byte; `x` is the flags
@@ -477,6 +511,68 @@ pub(crate) fn decode_small_eager(bytes: &[u8]) -> Option<SmallEager> {
         return None;
     }
     Some(small_eager(credit, ctx, tag, len, fl, 8))
+}
+
+/// [`decode_small_eager`] for any message but the short form's: the wide form's
+/// fields, or `None`. Cold and out of line, so that the short form's path is laid out
+/// as it was without the wide form (inline, the poll that decodes it took about ten
+/// instructions more per message).
+#[cold]
+#[inline(never)]
+fn wide_or_none(bytes: &[u8]) -> Option<SmallEager> {
+    if bytes.get(1) != Some(&kind::SEND_EAGER_WIDE) {
+        return None;
+    }
+    wide_eager(bytes, bytes.len()).ok()
+}
+
+/// The wide form's header length: version, kind, credit, flags, then the context and
+/// the tag as four little-endian bytes each and the length as two.
+const WIDE_HEADER: usize = 14;
+
+/// The wide form of the small eager send request: a credit of one byte, a length below
+/// 16 KiB, and a context or a tag of more than seven bits, in fixed-width fields;
+/// `bytes` start with the header of a message of `total` bytes. The general decoder
+/// reads it through this function too. Only the encoder's choice is accepted (a
+/// context, tag and credit that all fit the short form are not), so that the format
+/// stays canonical.
+#[inline(never)]
+fn wide_eager(bytes: &[u8], total: usize) -> Result<SmallEager, WireError> {
+    let Some(h) = bytes.get(..WIDE_HEADER) else {
+        return Err(WireError::Truncated);
+    };
+    let h: &[u8; WIDE_HEADER] = h.try_into().expect("the header's length");
+    if h[0] != VERSION {
+        return Err(WireError::Version(h[0]));
+    }
+    if h[1] != kind::SEND_EAGER_WIDE {
+        return Err(WireError::Kind(h[1]));
+    }
+    let (credit, fl) = (h[2], h[3]);
+    let ctx = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    let tag = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    let len = u16::from_le_bytes([h[12], h[13]]) as u64;
+    if fl & !3 != 0 || tag > Tag::MAX as u32 || len >= SMALL_EAGER_LEN {
+        return Err(WireError::Range);
+    }
+    if (u32::from(credit) | ctx | tag) < 0x80 {
+        return Err(WireError::Range); // the short form's fields: not canonical
+    }
+    let got = (total - WIDE_HEADER) as u64;
+    if got != len {
+        return Err(WireError::PayloadLength { want: len, got });
+    }
+    Ok(SmallEager {
+        credit: credit.into(),
+        ctx,
+        tag: tag as Tag,
+        len,
+        flags: SendFlags {
+            sync: fl & 1 != 0,
+            ready: fl & 2 != 0,
+        },
+        hl: WIDE_HEADER,
+    })
 }
 
 /// A small eager send request's fields, as [`decode_small_eager`] reads them: the
@@ -557,6 +653,9 @@ fn decode_any(bytes: &[u8], total: usize) -> Result<(Frame, usize), WireError> {
         return Err(WireError::Version(v));
     }
     let k = r.byte()?;
+    if k == kind::SEND_EAGER_WIDE {
+        return wide_eager(bytes, total).map(SmallEager::frame);
+    }
     let credit = r.u32()?;
     let msg = match k {
         kind::RECV_REQ => Ctrl::RecvReq {
@@ -819,6 +918,82 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Contexts or tags of more than seven bits (collectives' messages, users' tags
+    /// from 128) take the wide form below 16 KiB, the long one from there or with a
+    /// credit of more than a byte; either decoder reads the wide form to the frame, and
+    /// rejects it truncated, with a short payload, with the short form's fields, or
+    /// with a field out of range.
+    #[test]
+    fn wide_eager_form() {
+        let frame = |credit, ctx, tag, len| Frame {
+            credit,
+            msg: Ctrl::SendReq {
+                ctx,
+                tag,
+                len,
+                flags: SendFlags {
+                    sync: len % 2 == 1,
+                    ready: false,
+                },
+                body: Body::Eager,
+            },
+        };
+        let internal = 1u32 << 31;
+        let mut wide = 0;
+        for (credit, ctx, tag) in [
+            (0, internal | 3, 0),
+            (255, 1, 128),
+            (7, 128, 5),
+            (0, u32::MAX, Tag::MAX),
+            (128, 0, 0),
+            (256, internal, 9),
+            (300, 0, 0),
+        ] {
+            for len in [0, 1, 127, 128, 4096, SMALL_EAGER_LEN - 1, SMALL_EAGER_LEN] {
+                let f = frame(credit, ctx, tag, len);
+                let h = encode(&f);
+                let is_wide = credit < 0x100 && len < SMALL_EAGER_LEN;
+                assert_eq!(h.as_bytes()[1] == kind::SEND_EAGER_WIDE, is_wide, "{f:?}");
+                assert!(!is_wide || h.as_bytes().len() == WIDE_HEADER);
+                let mut b = h.as_bytes().to_vec();
+                b.resize(b.len() + len as usize, 0x5a);
+                assert_eq!(decode(&b), Ok((f, h.as_bytes().len())), "{f:?}");
+                assert_eq!(decode_any(&b, b.len()), decode(&b));
+                assert_eq!(decode_small_eager(&b).is_some(), is_wide);
+                if !is_wide {
+                    continue;
+                }
+                wide += 1;
+                let e = decode_small_eager(&b).unwrap();
+                assert_eq!((e.ctx, e.tag, e.len, e.credit), (ctx, tag, len, credit));
+                // the head alone, with the whole length, as a stream's first bytes
+                assert_eq!(decode_head(&b[..WIDE_HEADER], b.len()), decode(&b));
+                for cut in 0..b.len() {
+                    assert!(decode(&b[..cut]).is_err(), "{cut} of {f:?}");
+                }
+                b.push(0);
+                assert_eq!(
+                    decode(&b),
+                    Err(WireError::PayloadLength {
+                        want: len,
+                        got: len + 1
+                    })
+                );
+            }
+        }
+        assert_eq!(wide, 5 * 6);
+        // the short form's fields written wide, a flag, a tag or a length out of range
+        let mut b = encode(&frame(1, 1, 200, 0)).as_bytes().to_vec();
+        for (at, v) in [(8, 5), (3, 4), (11, 0x80), (13, 0x40)] {
+            let mut bad = b.clone();
+            bad[at] = v;
+            assert_eq!(decode(&bad), Err(WireError::Range), "byte {at} = {v}");
+            assert_eq!(decode_small_eager(&bad), None);
+        }
+        b[0] = 2;
+        assert_eq!(decode(&b), Err(WireError::Version(2)));
     }
 
     #[test]

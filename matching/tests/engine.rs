@@ -2518,6 +2518,30 @@ fn small_eager_sends_take_the_straight_path_alike() {
     assert_eq!(w.common, before, "no small eager send request among them");
 }
 
+/// Tags of more than seven bits (a user's from 128; every collective's, a sequence
+/// number) take the straight path as well, in the wire's wide form: matched and
+/// unexpected, of one and two length bytes, up to the largest tag.
+#[test]
+fn wide_tags_take_the_straight_path() {
+    let mut w = World::two(cfg(|c| {
+        c.matching = MatchingMode::Receiver;
+        c.eager_limit = 1 << 14;
+    }));
+    for tag in [128, 5000, 1 << 20, Tag::MAX] {
+        let before = w.common;
+        let r = w.post(1, R0, t(tag), 64);
+        let s = w.send(0, 1, tag, 8, STD);
+        w.run();
+        w.assert_received(1, r, 0, s, tag);
+        let s = w.send(0, 1, tag, 1000, STD);
+        w.run();
+        let r = w.post(1, R0, t(tag), 1000);
+        w.run();
+        w.assert_received(1, r, 0, s, tag);
+        assert_eq!(w.common, before + 2, "tag {tag}");
+    }
+}
+
 /// A large eager message can be handled from its header alone (`handle_head`) when a
 /// posted receive takes it — exact, wildcard, behind a cancelled receive, truncated —
 /// and is left for the whole message otherwise (unexpected, or not eager). The driver

@@ -108,6 +108,18 @@ pub(crate) struct Exec {
     scratch: Vec<u8>,
 }
 
+/// An execution's vectors, kept from one that finished for the next one, so that a
+/// collective called in a loop allocates none.
+#[derive(Default)]
+pub(crate) struct Parts {
+    bufs: Vec<RegionId>,
+    posted: Vec<(Key, Option<Landing>)>,
+    scratch: Vec<u8>,
+}
+
+/// Sets of [`Parts`] kept at most (one per execution in progress at once).
+const PARTS_KEPT: usize = 8;
+
 /// The immediate collectives in progress, the sequence numbers of each communicator,
 /// and the buffer pool.
 #[derive(Default)]
@@ -116,8 +128,12 @@ pub(crate) struct Colls {
     active: Vec<(u64, Exec)>,
     seq: rustc_hash::FxHashMap<u32, u32>,
     pub pool: Pool,
+    /// Vectors of finished executions.
+    parts: Vec<Parts>,
     /// Schedules by the shape of the call (`collective::sched`).
     pub cache: rustc_hash::FxHashMap<super::sched::Key, Rc<Schedule>>,
+    /// The shape last looked up, and its schedule (also in `cache`).
+    pub last: Option<(super::sched::Key, Rc<Schedule>)>,
 }
 
 /// Sends up to this size try the fast path (a copy into `Exec::scratch`); larger
@@ -161,37 +177,37 @@ impl Exec {
             }
         }
         let lent_input = lent_in.is_some();
-        let bufs = sched
-            .bufs
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                if lent == Some(i) {
-                    return out.expect("lent");
+        let Parts {
+            mut bufs,
+            posted,
+            scratch,
+        } = s.colls.parts.pop().unwrap_or_default();
+        bufs.extend(sched.bufs.iter().enumerate().map(|(i, &n)| {
+            if lent == Some(i) {
+                return out.expect("lent");
+            }
+            if i == 0 {
+                if let Some(r) = lent_in.take() {
+                    return r;
                 }
-                if i == 0 {
-                    if let Some(r) = lent_in.take() {
-                        return r;
-                    }
+            }
+            let b = match owned_in.take_if(|v| i == 0 && v.len() == n) {
+                Some(v) => v,
+                None => {
+                    let mut b = s.colls.pool.take(n);
+                    let v = if i == 0 {
+                        owned_in.take().unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    let k = v.len().min(n);
+                    b[..k].copy_from_slice(&v[..k]);
+                    b[k..].fill(0);
+                    b
                 }
-                let b = match owned_in.take_if(|v| i == 0 && v.len() == n) {
-                    Some(v) => v,
-                    None => {
-                        let mut b = s.colls.pool.take(n);
-                        let v = if i == 0 {
-                            owned_in.take().unwrap_or_default()
-                        } else {
-                            Vec::new()
-                        };
-                        let k = v.len().min(n);
-                        b[..k].copy_from_slice(&v[..k]);
-                        b[k..].fill(0);
-                        b
-                    }
-                };
-                s.regions.insert_owned(b)
-            })
-            .collect();
+            };
+            s.regions.insert_owned(b)
+        }));
         Exec {
             comm: comm.internal(),
             tag,
@@ -200,9 +216,9 @@ impl Exec {
             bufs,
             lent,
             lent_input,
-            posted: Vec::new(),
+            posted,
             op,
-            scratch: Vec::new(),
+            scratch,
         }
     }
 
@@ -244,7 +260,8 @@ impl Exec {
             v.copy_from_slice(&s.regions.slice(self.bufs[b]).expect("lent")[off..off + len]);
             out = Some(v);
         }
-        for (i, id) in std::mem::take(&mut self.bufs).into_iter().enumerate() {
+        let mut bufs = std::mem::take(&mut self.bufs);
+        for (i, id) in bufs.drain(..).enumerate() {
             if mine(i) {
                 continue; // the caller's
             }
@@ -259,6 +276,13 @@ impl Exec {
                 out = Some(r);
             }
             s.colls.pool.give(v);
+        }
+        if s.colls.parts.len() < PARTS_KEPT {
+            s.colls.parts.push(Parts {
+                bufs,
+                posted: std::mem::take(&mut self.posted),
+                scratch: std::mem::take(&mut self.scratch),
+            });
         }
         out.unwrap_or_default()
     }
@@ -387,31 +411,45 @@ impl Exec {
 
     /// Completes the posted operations if all are done; false while some are pending.
     fn fence(&mut self, s: &mut State) -> Result<bool> {
+        if let [(k, dst)] = self.posted[..] {
+            // one operation (a small collective's receive): taken in one look
+            let Some(done) = s.take_done(&k) else {
+                return Ok(false);
+            };
+            self.posted.clear();
+            return landed(done, dst).map(|()| true);
+        }
         if !self.posted.iter().all(|(k, _)| s.is_done(k)) {
             return Ok(false);
         }
         for (k, dst) in self.posted.drain(..) {
-            let done = s.take_done(&k).expect("done");
-            let Some((_, len)) = dst else {
-                continue;
-            };
-            match done {
-                Done::Recv(RecvOutcome::Received {
-                    len: got,
-                    truncated_from,
-                    ..
-                }) => {
-                    if truncated_from.is_some() || got as usize != len {
-                        return Err(Error::Request(format!(
-                            "collective: a rank contributed {} bytes where {len} were expected (counts or datatypes differ between ranks)",
-                            truncated_from.unwrap_or(got)
-                        )));
-                    }
-                }
-                _ => return Err(Error::Request("collective: a receive was cancelled".into())),
-            }
+            landed(s.take_done(&k).expect("done"), dst)?;
         }
         Ok(true)
+    }
+}
+
+/// Checks a completed operation of a fence: a receive (`dst`: where it landed) must have
+/// brought exactly the bytes the schedule expects.
+fn landed(done: Done, dst: Option<Landing>) -> Result<()> {
+    let Some((_, len)) = dst else {
+        return Ok(());
+    };
+    match done {
+        Done::Recv(RecvOutcome::Received {
+            len: got,
+            truncated_from,
+            ..
+        }) => {
+            if truncated_from.is_some() || got as usize != len {
+                return Err(Error::Request(format!(
+                    "collective: a rank contributed {} bytes where {len} were expected (counts or datatypes differ between ranks)",
+                    truncated_from.unwrap_or(got)
+                )));
+            }
+            Ok(())
+        }
+        _ => Err(Error::Request("collective: a receive was cancelled".into())),
     }
 }
 

@@ -260,7 +260,10 @@ fn owned(b: Cow<'_, [u8]>) -> Vec<u8> {
 
 /// Returns a result buffer to the library's pool.
 fn recycle(v: Vec<u8>) {
-    progress::with(|s| s.colls.pool.give(v));
+    if v.capacity() > 0 {
+        // (a result that landed in the caller's buffer is an empty vector)
+        progress::with(|s| s.colls.pool.give(v));
+    }
 }
 
 /// An immediate collective's request: `data` gets the result when it completes.
