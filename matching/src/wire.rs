@@ -520,9 +520,6 @@ pub(crate) fn decode_small_eager(bytes: &[u8]) -> Option<SmallEager> {
 #[cold]
 #[inline(never)]
 fn wide_or_none(bytes: &[u8]) -> Option<SmallEager> {
-    if bytes.get(1) != Some(&kind::SEND_EAGER_WIDE) {
-        return None;
-    }
     wide_eager(bytes, bytes.len()).ok()
 }
 
@@ -538,10 +535,9 @@ const WIDE_HEADER: usize = 14;
 /// stays canonical.
 #[inline(never)]
 fn wide_eager(bytes: &[u8], total: usize) -> Result<SmallEager, WireError> {
-    let Some(h) = bytes.get(..WIDE_HEADER) else {
+    let Some(h) = bytes.first_chunk::<WIDE_HEADER>() else {
         return Err(WireError::Truncated);
     };
-    let h: &[u8; WIDE_HEADER] = h.try_into().expect("the header's length");
     if h[0] != VERSION {
         return Err(WireError::Version(h[0]));
     }
