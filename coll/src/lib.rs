@@ -50,8 +50,9 @@
 //! # Algorithms
 //!
 //! The public functions at the crate root choose an algorithm by message and
-//! communicator size, as MPICH does; the thresholds are in [`tuning`]. Each algorithm is
-//! also public in [`algo`]. See each function for its choice.
+//! communicator size, as MPICH does (with thresholds of their own for two ranks,
+//! measured here); the thresholds are in [`tuning`]. Each algorithm is also public in
+//! [`algo`]. See each function for its choice.
 //!
 //! # Example
 //!

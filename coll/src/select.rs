@@ -31,11 +31,12 @@ fn rabenseifner_fits(size: u32, len: usize, elem: usize, short: usize) -> bool {
 }
 
 /// `MPI_Reduce` of `len` bytes (elements of `elem` bytes) to `root`. Commutative
-/// operations of more than [`REDUCE_SHORT_MSG`] bytes with at least as many elements as
-/// the largest power of two ≤ `size`: Rabenseifner ([`algo::reduce_rabenseifner`]);
-/// otherwise a binomial tree ([`algo::reduce_binomial`]; in rank order to rank 0 and
-/// then to the root for non-commutative operations). `bufs[0]`: this rank's
-/// contribution; result: the reduction at the root, nothing elsewhere.
+/// operations of more than [`REDUCE_SHORT_MSG`] bytes ([`REDUCE_SHORT_MSG_TWO_RANKS`]
+/// on two ranks: never) with at least as many elements as the largest power of two ≤
+/// `size`: Rabenseifner ([`algo::reduce_rabenseifner`]); otherwise a binomial tree
+/// ([`algo::reduce_binomial`]; in rank order to rank 0 and then to the root for
+/// non-commutative operations). `bufs[0]`: this rank's contribution; result: the
+/// reduction at the root, nothing elsewhere.
 pub fn reduce(
     rank: u32,
     size: u32,
@@ -44,7 +45,12 @@ pub fn reduce(
     elem: usize,
     commutative: bool,
 ) -> Schedule {
-    if commutative && rabenseifner_fits(size, len, elem, REDUCE_SHORT_MSG) {
+    let short = if size == 2 {
+        REDUCE_SHORT_MSG_TWO_RANKS
+    } else {
+        REDUCE_SHORT_MSG
+    };
+    if commutative && rabenseifner_fits(size, len, elem, short) {
         algo::reduce_rabenseifner(rank, size, root, len, elem)
     } else {
         algo::reduce_binomial(rank, size, root, len, elem, commutative)
@@ -52,13 +58,18 @@ pub fn reduce(
 }
 
 /// `MPI_Allreduce` of `len` bytes (elements of `elem` bytes). Commutative operations of
-/// more than [`ALLREDUCE_SHORT_MSG`] bytes with at least as many elements as the
-/// largest power of two ≤ `size`: Rabenseifner ([`algo::allreduce_rabenseifner`]);
-/// otherwise recursive doubling in rank order
-/// ([`algo::allreduce_recursive_doubling`]). `bufs[0]`: this rank's contribution;
-/// result: the reduction, on every rank.
+/// more than [`ALLREDUCE_SHORT_MSG`] bytes ([`ALLREDUCE_SHORT_MSG_TWO_RANKS`] on two
+/// ranks) with at least as many elements as the largest power of two ≤ `size`:
+/// Rabenseifner ([`algo::allreduce_rabenseifner`]); otherwise recursive doubling in
+/// rank order ([`algo::allreduce_recursive_doubling`]). `bufs[0]`: this rank's
+/// contribution; result: the reduction, on every rank.
 pub fn allreduce(rank: u32, size: u32, len: usize, elem: usize, commutative: bool) -> Schedule {
-    if commutative && rabenseifner_fits(size, len, elem, ALLREDUCE_SHORT_MSG) {
+    let short = if size == 2 {
+        ALLREDUCE_SHORT_MSG_TWO_RANKS
+    } else {
+        ALLREDUCE_SHORT_MSG
+    };
+    if commutative && rabenseifner_fits(size, len, elem, short) {
         algo::allreduce_rabenseifner(rank, size, len, elem)
     } else {
         algo::allreduce_recursive_doubling(rank, size, len, elem, commutative)

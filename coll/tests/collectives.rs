@@ -170,7 +170,8 @@ fn reduce() {
                         rsmpi_coll::reduce(r, n, root, len, e, red.commutative)
                     });
                     let pof2 = 1 << (31 - n.leading_zeros());
-                    let rab = red.commutative && len > t && len / e >= pof2;
+                    // on two ranks, always the binomial tree (one message)
+                    let rab = red.commutative && len > t && len / e >= pof2 && n != 2;
                     let expect = if rab {
                         algo::reduce_rabenseifner(0, n, root, len, e)
                     } else {
@@ -231,7 +232,12 @@ fn allreduce() {
                     rsmpi_coll::allreduce(r, n, len, e, red.commutative)
                 });
                 let pof2 = 1 << (31 - n.leading_zeros());
-                let rab = red.commutative && len > t && len / e >= pof2;
+                let short = if n == 2 {
+                    tuning::ALLREDUCE_SHORT_MSG_TWO_RANKS
+                } else {
+                    t
+                };
+                let rab = red.commutative && len > short && len / e >= pof2;
                 let expect = if rab {
                     algo::allreduce_rabenseifner(0, n, len, e)
                 } else {
@@ -240,6 +246,47 @@ fn allreduce() {
                 assert_eq!(rsmpi_coll::allreduce(0, n, len, e, red.commutative), expect);
             }
         }
+    }
+}
+
+/// Two ranks choose by their own thresholds: a reduce is always one message (the
+/// binomial tree), and an all-reduce is recursive doubling up to
+/// `ALLREDUCE_SHORT_MSG_TWO_RANKS` and Rabenseifner above it; on both sides of that
+/// boundary the result is right.
+#[test]
+fn two_ranks_thresholds() {
+    let red = &REDS[0];
+    assert!(red.commutative);
+    let e = red.elem;
+    // 64 KiB: Rabenseifner's by MPICH's threshold, recursive doubling on two ranks
+    let mid = 64 * 1024;
+    assert!(mid > tuning::ALLREDUCE_SHORT_MSG);
+    assert_eq!(
+        rsmpi_coll::allreduce(0, 2, mid, e, true),
+        algo::allreduce_recursive_doubling(0, 2, mid, e, true)
+    );
+    let t = tuning::ALLREDUCE_SHORT_MSG_TWO_RANKS;
+    let at = t / e * e;
+    for len in [at, at + e] {
+        check_allreduce(red, 2, len, |r| rsmpi_coll::allreduce(r, 2, len, e, true));
+        let expect = if len > t {
+            algo::allreduce_rabenseifner(1, 2, len, e)
+        } else {
+            algo::allreduce_recursive_doubling(1, 2, len, e, true)
+        };
+        assert_eq!(rsmpi_coll::allreduce(1, 2, len, e, true), expect);
+        // the same length on four ranks is Rabenseifner's
+        assert_eq!(
+            rsmpi_coll::allreduce(1, 4, len, e, true),
+            algo::allreduce_rabenseifner(1, 4, len, e)
+        );
+        check_reduce(red, 2, 1, len, |r| {
+            rsmpi_coll::reduce(r, 2, 1, len, e, true)
+        });
+        assert_eq!(
+            rsmpi_coll::reduce(0, 2, 1, len, e, true),
+            algo::reduce_binomial(0, 2, 1, len, e, true)
+        );
     }
 }
 
@@ -402,6 +449,44 @@ fn allgather() {
                 algo::allgather_ring(0, n, len)
             };
             assert_eq!(rsmpi_coll::allgather(0, n, len), expect);
+        }
+    }
+}
+
+/// An all-gather's first message, the rank's own block, leaves from the input
+/// (`bufs[0]`), which the caller has not just written, not from the result after a
+/// copy there; the copy comes after that first send.
+#[test]
+fn allgather_first_send_from_the_input() {
+    use rsmpi_coll::{BufId, Step};
+    let len = 96;
+    for n in [2u32, 3, 4, 5, 8] {
+        for r in 0..n {
+            let mut scheds = vec![("ring", algo::allgather_ring(r, n, len))];
+            scheds.push(("bruck", algo::allgather_bruck(r, n, len)));
+            if n.is_power_of_two() {
+                scheds.push(("doubling", algo::allgather_recursive_doubling(r, n, len)));
+            }
+            for (name, s) in scheds {
+                let first = s
+                    .steps
+                    .iter()
+                    .position(|st| matches!(st, Step::Send { .. }));
+                let copy = s
+                    .steps
+                    .iter()
+                    .position(|st| matches!(st, Step::Copy { .. }));
+                let (first, copy) = (first.expect("a send"), copy.expect("a copy"));
+                assert!(
+                    matches!(s.steps[first], Step::Send { buf: BufId(0), off: 0, len: l, .. } if l == len),
+                    "{name} size {n} rank {r}: first send {:?}",
+                    s.steps[first]
+                );
+                assert!(
+                    first < copy,
+                    "{name} size {n} rank {r}: copy before the first send"
+                );
+            }
         }
     }
 }

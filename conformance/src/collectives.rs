@@ -78,6 +78,7 @@ pub fn cases() -> Vec<Case> {
             "coll_helper_every_rank_fails_at_once",
             helper_every_rank_at_once,
         ),
+        Case::job("coll_large_messages_2_ranks", 2, large_messages),
         Case::job("coll_large_messages_5_ranks", 5, large_messages),
         Case::job("coll_large_messages_8_ranks", 8, large_messages),
         Case::job(
@@ -1482,8 +1483,15 @@ fn large_messages(u: Universe) {
     let me = w.rank() as usize;
     let f = |v: &[i64]| -> Vec<f64> { v.iter().map(|&x| x as f64).collect() };
     // all_reduce / reduce of f64 sums (exact: small integers): below, at and above the
-    // 2048-byte threshold, an element count not divisible by the size, and 128 KiB
-    for len in [255usize, 256, 257, 1001, 16_384] {
+    // 2048-byte threshold, an element count not divisible by the size, and 128 KiB; on
+    // two ranks also at and above 512 KiB, where their all-reduce goes from recursive
+    // doubling to Rabenseifner (`rsmpi_coll::tuning::ALLREDUCE_SHORT_MSG_TWO_RANKS`)
+    let two = if n == 2 {
+        &[65_536usize, 65_537][..]
+    } else {
+        &[]
+    };
+    for &len in [255usize, 256, 257, 1001, 16_384].iter().chain(two) {
         let parts: Vec<Vec<f64>> = (0..n).map(|r| f(&data(r, len, len as u64))).collect();
         let want = fold(&parts, |a, b| a + b);
         let mut got = vec![0.0f64; len];

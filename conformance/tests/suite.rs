@@ -81,6 +81,7 @@ cases!(
     coll_predefined_ops_every_type_3_ranks,
     coll_predefined_op_on_a_wrong_type_aborts_naming_the_call,
     coll_job_fails_when_every_rank_aborts_at_once,
+    coll_large_messages_2_ranks,
     coll_large_messages_5_ranks,
     coll_large_messages_8_ranks,
     coll_split_dup_cartesian_with_user_traffic_6_ranks,
