@@ -232,7 +232,7 @@ pub use loopback::Loopback;
 use pull::Taken;
 
 pub use pull::{
-    PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, FOLLOW_FOR, PATIENCE, PULL_FROM, RUN,
+    PullStats, ReadMode, CHUNK, ENV_READ, EXPLORE, FAR, FOLLOW_FOR, PATIENCE, PULL_FROM, RUN,
     SERVE_BUDGET,
 };
 pub use push::{

@@ -204,10 +204,22 @@ const WINDOW: usize = 4;
 /// as in a window of large messages into cold buffers), the single copy leaves the
 /// peer's CPU free and its cache undisturbed.
 pub(crate) const MARGIN: f64 = 0.75;
-/// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th, 256th) still
-/// goes the other way, so that a change in the machine (the two CPUs' distance, the
-/// memory's place) is noticed, and so is a first judgement made on cold memory.
+/// Once chosen, one read in this many (and the 16th, 32nd, 64th, 128th, 256th, until
+/// a run finds a way [`FAR`] behind) still goes the other way, so that a change in
+/// the machine (the two CPUs' distance, the memory's place) is noticed, and so is a
+/// first judgement made on cold memory.
 pub const EXPLORE: u64 = 512;
+/// A way whose best cost per byte is more than this many times the other's is far
+/// behind: a run of it (`Ways::prefers_ring`'s `run`: a trial or an exploration
+/// while both ranks of a pair read at once) ends once it has four samples of its
+/// own (the window judged), and the early explorations (the 16th to 256th transfer) stop. Where the
+/// two ways are that far apart the early explorations only paid for the lost
+/// way: in a 2-rank all-gather of 32–256 KiB (the far state of issue 11's
+/// sixty-fifth round, single copies 3.2x cheaper per byte than pulls) runs of 8
+/// pulls at the trials, the 32nd and the 64th transfer took a benchmark's 100
+/// calls 1.4–1.7x the time of single copies alone (`docs/performance.md`,
+/// "Explorations cut short where a way is far behind").
+pub const FAR: f64 = 2.0;
 /// Destinations (their first page) a reader remembers, per peer, to tell a first
 /// write into a buffer from a later one ([`Reader::fresh`]).
 const SEEN: usize = 256;
@@ -231,6 +243,30 @@ struct Choice {
     /// and that way.
     stick: u32,
     last: bool,
+    /// The samples of the way `last` when its run began.
+    run_from: u32,
+    /// The transfers from which a power of two starts an exploration: past the run
+    /// that a cut-short exploration was for.
+    explore_from: u64,
+    /// A run was cut short because its way was [`FAR`] behind: the early
+    /// explorations (powers of two) are left out from then on.
+    settled: bool,
+}
+
+impl Choice {
+    /// Whether the run under way goes the way that is [`FAR`] behind the other, by
+    /// [`WINDOW`] samples of its own (a pull of the run before that completes
+    /// during this one counts as this run's: a sample of the same way).
+    fn far_behind(&self) -> bool {
+        let (mine, other) = if self.last {
+            (self.ring, self.cma)
+        } else {
+            (self.cma, self.ring)
+        };
+        mine.samples.wrapping_sub(self.run_from) >= WINDOW as u32
+            && other.samples >= WINDOW as u32
+            && mine.best() > FAR * other.best()
+    }
 }
 
 /// The measured choice between the ring and one CMA call for the large transfers
@@ -252,28 +288,41 @@ impl Ways {
     /// trials, the explorations and the judgement alike): where the cost of a way
     /// depends on the peer going the same way (`Reader::lead`), the peer follows
     /// within a transfer or two, and the last of the run's samples, the ones judged
-    /// ([`WINDOW`] of them), are of both sides going that way.
+    /// ([`WINDOW`] of them), are of both sides going that way. A run whose own
+    /// [`WINDOW`] samples put its way [`FAR`] behind the other ends there, and the
+    /// early explorations (powers of two) are left out from then on: where the ways
+    /// are that far apart, a whole run of the lost way only paid for it.
     pub(crate) fn prefers_ring(&mut self, len: usize, margin: f64, run: u32) -> bool {
         let c = &mut self.choices[class(len)];
         c.count += 1;
         if c.stick > 0 {
-            c.stick -= 1;
-            return c.last;
+            if !c.far_behind() {
+                c.stick -= 1;
+                return c.last;
+            }
+            // the run's own samples put its way far behind: judged again now
+            c.stick = 0;
+            c.settled = true;
         }
         let (p, r) = (c.ring, c.cma);
+        let n = c.count;
+        let run = u64::from(run.max(1));
         let ring = if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
             p.samples <= r.samples
         } else {
             // explore often at first, when samples may have met cold memory (a
-            // destination's first touch), then once in EXPLORE: with a run, when
-            // one of the transfers it holds for is such
-            let n = c.count;
-            let explore =
-                (n..n + u64::from(run.max(1))).any(|n| n % EXPLORE == 0 || n.is_power_of_two());
+            // destination's first touch), unless a run found the way FAR behind;
+            // then once in EXPLORE: with a run, when one of the transfers it holds
+            // for is such
+            let settled = c.settled;
+            let explore = (n.max(c.explore_from)..n + run)
+                .any(|n| n % EXPLORE == 0 || (!settled && n.is_power_of_two()));
             (p.best() < margin * r.best()) != explore
         };
-        c.stick = run.saturating_sub(1);
+        c.stick = (run - 1) as u32;
+        c.explore_from = n + run;
         c.last = ring;
+        c.run_from = if ring { p.samples } else { r.samples };
         ring
     }
 
@@ -1182,25 +1231,102 @@ mod tests {
 
     #[test]
     fn a_run_holds_each_choice() {
-        // pulls cheaper (30 against 80): the trials, the judgement and the
-        // explorations each hold for RUN transfers
-        let mut w = Ways::default();
-        let mut seq = Vec::new();
-        for _ in 0..8 * RUN {
-            let ring = w.prefers_ring(1 << 20, MARGIN, RUN);
-            seq.push(ring);
-            if ring {
-                w.ring_took(1 << 20, Duration::from_micros(30));
-            } else {
-                w.cma_took(1 << 20, Duration::from_micros(80));
-            }
-        }
+        // pulls cheaper (50 against 80, less than FAR apart): the trials, the
+        // judgement and the explorations each hold for RUN transfers
+        let seq = runs_of(50, 80, 8 * RUN);
         let runs: Vec<&[bool]> = seq.chunks(RUN as usize).collect();
         assert!(runs.iter().all(|r| r.iter().all(|&x| x == r[0])), "{seq:?}");
         // a run of trial pulls, one of trial reads, then pulls, but for the run
         // holding the 32nd transfer (an exploration: reads)
         let firsts: Vec<bool> = runs.iter().map(|r| r[0]).collect();
         assert_eq!(firsts, [true, false, true, false, true, true, true, false]);
+    }
+
+    /// The ways of `n` transfers of 1 MiB judged with runs of [`RUN`], pulls taking
+    /// `pull_us` and single copies `read_us`.
+    fn runs_of(pull_us: u64, read_us: u64, n: u32) -> Vec<bool> {
+        let mut w = Ways::default();
+        let mut seq = Vec::new();
+        for _ in 0..n {
+            let ring = w.prefers_ring(1 << 20, MARGIN, RUN);
+            seq.push(ring);
+            if ring {
+                w.ring_took(1 << 20, Duration::from_micros(pull_us));
+            } else {
+                w.cma_took(1 << 20, Duration::from_micros(read_us));
+            }
+        }
+        seq
+    }
+
+    /// The first transfer of each stretch of transfers going one way, and its length.
+    fn stretches(seq: &[bool]) -> Vec<(bool, usize)> {
+        let mut out: Vec<(bool, usize)> = Vec::new();
+        for &way in seq {
+            match out.last_mut() {
+                Some((w, n)) if *w == way => *n += 1,
+                _ => out.push((way, 1)),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_run_far_behind_is_cut_short() {
+        let (w, run) = (WINDOW, RUN as usize);
+        // pulls FAR behind (300 against 80): the trial of pulls holds (nothing to
+        // compare it with yet), then the reads' trial and their first run; the
+        // exploration for the 32nd transfer ends after WINDOW pulls and the one for
+        // the 64th is left out, down to the one for the 512th (cut short too)
+        let far = stretches(&runs_of(300, 80, 600));
+        assert_eq!(
+            far,
+            [
+                (true, run),
+                (false, 2 * run),
+                (true, w),
+                (false, 480),
+                (true, w),
+                (false, 88)
+            ]
+        );
+        // the other way round (30 against 80): the reads' trial ends after WINDOW
+        // reads, and pulls go on to the 512th transfer
+        let near = stretches(&runs_of(30, 80, 600));
+        assert_eq!(
+            near,
+            [(true, run), (false, w), (true, 496), (false, w), (true, 88)]
+        );
+        // ways less than FAR apart (50 against 80) keep whole runs and every early
+        // exploration (the 32nd, 64th, 128th and 256th transfer)
+        let close = stretches(&runs_of(50, 80, 600));
+        assert_eq!(close.iter().filter(|&&(pull, _)| !pull).count(), 6);
+        assert!(close.iter().all(|&(_, n)| n % run == 0), "{close:?}");
+        // samples of a first run that met cold memory (pulls at 400 while their
+        // destinations were fresh) cut nothing once the pulls are warm: the
+        // exploration for the 32nd transfer finds them cheaper and keeps them (the
+        // one for the 64th, of reads now FAR behind, is cut short)
+        let mut ways = Ways::default();
+        let mut seq = Vec::new();
+        for i in 0..64 {
+            let ring = ways.prefers_ring(1 << 20, MARGIN, RUN);
+            seq.push(ring);
+            match (ring, i < run) {
+                (true, true) => ways.ring_took(1 << 20, Duration::from_micros(400)),
+                (true, false) => ways.ring_took(1 << 20, Duration::from_micros(30)),
+                (false, _) => ways.cma_took(1 << 20, Duration::from_micros(80)),
+            }
+        }
+        assert_eq!(
+            stretches(&seq),
+            [
+                (true, run),
+                (false, 2 * run),
+                (true, 4 * run),
+                (false, w),
+                (true, w)
+            ]
+        );
     }
 
     #[test]
