@@ -70,7 +70,9 @@
 //! and goes back to the start of the ring, so that a stream of small messages cycles
 //! through 128 KiB that stay in the caches near the two cores, not through all of the
 //! 2 MiB (docs/performance.md, "A small lap": 1.1–1.8x the small-message rate). It
-//! reads `head` for that at most once per `WRAP_LAG` bytes. A consumer that lags keeps
+//! reads `head` for that at most once per `WRAP_LAG` bytes before records of up to
+//! [`TIGHT_RECORD`] bytes, and before every larger one ("Larger records look at the
+//! head"). A consumer that lags keeps
 //! the producer on the whole ring. The price: until the consumer has read that pad, the
 //! producer can put only about `SMALL_LAP - WRAP_LAG` more bytes in flight, not the
 //! whole ring's; a sender that meets `Full` then waits until its receiver polls again,
@@ -224,8 +226,8 @@ use transport::{
 };
 
 pub use lone::{
-    Lone, LoneMode, CLASS_TOP, CROSS_READ_ABOVE, ENV_LONE, FIRST_READ_PROBE_RUN, KEEP,
-    LONE_CLASSES, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY, READ_EXTRA_NS, READ_PROBE_EVERY,
+    ring_estimate, Lone, LoneMode, CLASS_TOP, CROSS_READ_ABOVE, ENV_LONE, FIRST_READ_PROBE_RUN,
+    KEEP, LONE_CLASSES, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY, READ_EXTRA_NS, READ_PROBE_EVERY,
     READ_PROBE_RUN, REMOTE_FACTOR,
 };
 pub use loopback::Loopback;
