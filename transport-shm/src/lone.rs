@@ -19,9 +19,9 @@
 //!   the peer; the receiver's copy out is taken to cost about the same again, which
 //!   at 8 KiB on the Intel machine of issue 11's fifty-seventh round missed about
 //!   half of the ring's cost), the lower median of the last [`KEEP`] per class
-//!   ([`ring_estimate`]), counted only once the ring has been written through a whole lap (`Producer::lapped`: a
-//!   first-lap copy of 64 KiB, into memory never written before, took 7-8 µs here
-//!   against 2.5-3.5 µs later);
+//!   ([`ring_estimate`]), counted only once the ring has been written through a
+//!   whole lap (`Producer::lapped`: a first-lap copy of 64 KiB, into memory never
+//!   written before, took 7-8 µs here against 2.5-3.5 µs later);
 //! - the read: a `process_vm_readv` of its own memory, the class's largest size,
 //!   timed once, at the class's first lone message, times [`REMOTE_FACTOR`] (a read of
 //!   another, running process costs more: AMD Zen 3 here, 32 KiB in 6.3-7.9 µs
@@ -105,8 +105,9 @@ pub const KEEP: usize = 8;
 /// 16 KiB cycled through three records whose copies took 0.45, 4.5 and 3.0 µs (the
 /// first into lines asked for ahead, `ring::Producer::prepare_next`, where the
 /// tight lap takes the next record to the ring's start). The least, 0.45 µs, kept
-/// the ring against reads of 1.0 µs, and the bcast took 3.0-3.6 µs where reads
-/// took 2.0 (`docs/performance.md`, "Larger records look at the head").
+/// the ring against reads of 1.0 µs, and the bcast took 3.1-3.5 µs where the build
+/// before, reading, took 1.9-2.0 (`docs/performance.md`, "Larger records look at
+/// the head").
 pub fn ring_estimate(copy_in: &[u32; KEEP]) -> u32 {
     let mut sorted = *copy_in;
     sorted.sort_unstable();

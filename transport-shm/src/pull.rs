@@ -1036,8 +1036,8 @@ mod tests {
         // 64, 128, 256 and then every EXPLORE-th (512, 1024)
         let (_, pulls) = reader_with(50, 80, 8 + 1024);
         assert_eq!(pulls, 4 + 1024 - 5 - 2);
-        // reads were cheaper (60 against 80, less than FAR apart): reads, but for
-        // as many pulls
+        // reads were cheaper (pulls at 150 against 80, less than FAR apart):
+        // reads, but for as many pulls
         let (_, pulls) = reader_with(150, 80, 8 + 1024);
         assert_eq!(pulls, 4 + 5 + 2);
         // pulls FAR behind (300 against 80) after the exploration at the 16th read:
