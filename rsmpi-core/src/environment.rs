@@ -287,6 +287,8 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
         registers: caps.registers,
         exposures: Default::default(),
         pending_gets: Default::default(),
+        pending_puts: 0,
+        want_done: caps.registers,
         unexpose_later: Vec::new(),
         tools: None,
         finish_hooks: caps.registers,

@@ -328,6 +328,13 @@ pub(crate) struct State {
     /// Reads the transport reported [`transport::Posted::Pending`], by token, with the
     /// staging buffer they fill (kept here, unmoved, until the read completes).
     pub pending_gets: HashMap<u64, (XferId, Option<Vec<u8>>)>,
+    /// Direct writes the transport reported [`transport::Posted::Pending`] and has
+    /// not reported done (on shared memory, offers the receiver may read:
+    /// transport-shm's `push` module).
+    pub pending_puts: usize,
+    /// The transport registers memory, or a read or direct write is pending: a poll
+    /// asks the transport for completions (one test on the path of every poll).
+    pub want_done: bool,
     /// The built-in tools, while any is on (`crate::tools`).
     pub tools: Option<Box<crate::tools::Tools>>,
     /// A completed receive has more to it than its buffer: the tools are on (their
@@ -575,7 +582,7 @@ impl State {
         // one-sided operations that finish later: the network transports' (they
         // register memory), and shared memory's large reads, which the peer copies
         // through the ring (transport-shm's pulls)
-        if self.registers || !self.pending_gets.is_empty() {
+        if self.want_done {
             n += self.poll_done();
         }
         self.run_outputs();
@@ -798,6 +805,7 @@ impl State {
                 );
             }
             let res = if token & 1 == 0 {
+                self.pending_puts = self.pending_puts.saturating_sub(1);
                 self.engine.put_done(SendId(token >> 1))
             } else {
                 match self.pending_gets.remove(&token) {
@@ -809,6 +817,7 @@ impl State {
                 self.fatal("completion", &e);
             }
         }
+        self.want_done = self.registers || self.pending_puts != 0 || !self.pending_gets.is_empty();
         n
     }
 
@@ -1068,7 +1077,10 @@ impl State {
                                 self.fatal("direct write", &e);
                             }
                         }
-                        Ok(Posted::Pending) => {}
+                        Ok(Posted::Pending) => {
+                            self.pending_puts += 1;
+                            self.want_done = true;
+                        }
                         Err(e) => self.fatal("direct write", &e),
                     }
                 }
@@ -1112,6 +1124,7 @@ impl State {
                         // the staging buffer's heap block stays where the read goes
                         Ok(Posted::Pending) => {
                             self.pending_gets.insert(token, (xfer, staged));
+                            self.want_done = true;
                         }
                         Err(e) => self.fatal("read", &e),
                     }

@@ -193,9 +193,13 @@
 //! control message), or, when the receiver has taken nothing for
 //! [`PUSH_PATIENCE`] ([`PUSH_FIRST_PATIENCE`] for a push's first chunk, before
 //! which only [`PUSH_START`] bytes go into the ring), written by the sender with one
-//! `process_vm_writev` (the receiver skips those records). Chosen by measurement
-//! per peer like pulls ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the protocol is in
-//! the `push` module's source.
+//! `process_vm_writev` (the receiver skips those records). The other way is one
+//! copy by `process_vm_*`, *offered* to the receiver: a record names the sender's
+//! buffer, and the receiver, meeting it in its poll within [`OFFER_PATIENCE`],
+//! reads the payload with one `process_vm_readv` (a sender's write into lines the
+//! receiver has in its cache costs more); else the sender writes it. Chosen by
+//! measurement per peer like pulls ([`WriteMode::Auto`], `RSMPI_SHM_WRITE`); the
+//! protocol is in the `push` module's source.
 //!
 //! # Failure
 //!
@@ -238,8 +242,8 @@ pub use pull::{
     SERVE_BUDGET,
 };
 pub use push::{
-    PushStats, WriteMode, ENV_WRITE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FIRST_PATIENCE, PUSH_FROM,
-    PUSH_MARGIN, PUSH_PATIENCE, PUSH_START,
+    PushStats, WriteMode, ENV_WRITE, OFFER_PATIENCE, PUSH_BUDGET, PUSH_CHUNK, PUSH_FIRST_PATIENCE,
+    PUSH_FROM, PUSH_MARGIN, PUSH_PATIENCE, PUSH_START,
 };
 use ring::{segment_len, Consumer, Producer, Record, SegmentView};
 pub use ring::{
@@ -516,6 +520,9 @@ pub struct ShmTransport {
     pushers: Vec<push::Pusher>,
     /// How large direct writes to local peers are made.
     write_mode: WriteMode,
+    /// Some pusher holds an offer not finished, or finished and not reported
+    /// (`poll_done` looks at them).
+    offering: bool,
     /// Per slot: whether a lone message to that peer is better read than carried
     /// ([`lone`]).
     lone: Vec<Lone>,
@@ -709,6 +716,7 @@ impl ShmTransport {
             read_mode,
             pushers,
             write_mode,
+            offering: false,
             lone: vec![Lone::default(); n as usize],
             lone_mode,
             judged: usize::MAX,
@@ -802,6 +810,7 @@ impl ShmTransport {
         for p in &mut self.pushers {
             p.patience = d;
             p.first_patience = d;
+            p.offer_patience = d;
         }
     }
 
@@ -815,6 +824,8 @@ impl ShmTransport {
             s.writes += x.writes;
             s.chunks_pushed += x.chunks_pushed;
             s.taken_back += x.taken_back;
+            s.offers += x.offers;
+            s.offers_written += x.offers_written;
         }
         s
     }
@@ -832,6 +843,47 @@ impl ShmTransport {
         }
         s.chunks_served = self.pulls.servers.iter().map(pull::Server::served).sum();
         s
+    }
+
+    /// Offers crossing: where this rank's offer to a peer is pending and the next
+    /// record from that peer is the peer's own offer to this rank, ours is written
+    /// now (if not claimed), and the peer, meeting ours, does the same with its own.
+    /// Two ranks writing to each other at once (a halo exchange) were faster than the
+    /// two reading (`push`, "Offers").
+    #[cold]
+    #[inline(never)]
+    fn cross(&mut self) {
+        for Inbound {
+            ring,
+            rank,
+            pid,
+            slot,
+            ..
+        } in &self.inbound
+        {
+            let p = &mut self.pushers[*slot];
+            if p.offering() && ring.next_internal_kind() == Some(push::OFFER) {
+                p.check(&mut self.producers[*slot], (*rank, *pid), true);
+            }
+        }
+    }
+
+    /// Looks at this rank's pending offers (`push`, "Offers") and reports those that
+    /// finished.
+    #[cold]
+    #[inline(never)]
+    fn offers_done(&mut self, f: &mut dyn FnMut(u64, Result<(), TransportError>)) -> usize {
+        let mut n = 0;
+        let mut offering = false;
+        for (i, p) in self.pushers.iter_mut().enumerate() {
+            if p.offering() {
+                p.check(&mut self.producers[i], (self.local[i], self.pids[i]), false);
+            }
+            n += p.drain(f);
+            offering |= p.offering();
+        }
+        self.offering = offering;
+        n
     }
 
     /// Copies chunks of the pulls that peers asked of this rank into their rings.
@@ -948,6 +1000,9 @@ impl Transport for ShmTransport {
                 got += 1;
             }
         }
+        if self.offering {
+            self.cross();
+        }
         // Then the rings, round robin: one message per sender per turn, starting after
         // the sender that was served last; stop after a full turn with nothing new.
         let mut idle = 0;
@@ -1026,7 +1081,7 @@ impl Transport for ShmTransport {
         src: &[u8],
         dst: RemoteBuf,
         offset: u64,
-        _token: u64,
+        token: u64,
     ) -> Result<Posted, TransportError> {
         let pid = self.pid_of(peer)?;
         check_bounds(&dst, offset, src.len() as u64)?;
@@ -1040,17 +1095,31 @@ impl Transport for ShmTransport {
             return Ok(Posted::Done);
         }
         // a large write to another process: pushed through the ring when that has
-        // been the faster way to this peer, else one `process_vm_writev`, timed (`push`)
+        // been the faster way to this peer, else one copy by `process_vm_*`, offered
+        // to the receiver (`push`, "Offers"); each way timed
         let pusher = &mut self.pushers[i];
+        if pusher.offering() {
+            // an earlier offer to this peer finishes first: the claim word numbers
+            // one transfer at a time
+            pusher.settle(&mut self.producers[i], (peer, pid));
+        }
         let push = match self.write_mode {
             WriteMode::Auto => pusher.prefers_push(src.len()),
             WriteMode::Push => true,
-            WriteMode::Cma => false,
+            WriteMode::Cma | WriteMode::Writev => false,
         };
         if push {
             pusher
                 .push(&mut self.producers[i], src, addr, pid)
                 .map_err(|e| cma_failure(peer, "process_vm_writev", e))?;
+            return Ok(Posted::Done);
+        }
+        if self.write_mode != WriteMode::Writev {
+            // finished by whichever side is in the library first (`poll_done`)
+            if pusher.offer(&mut self.producers[i], src, addr, token, (peer, pid))? {
+                self.offering = true;
+                return Ok(Posted::Pending);
+            }
             return Ok(Posted::Done);
         }
         let t = std::time::Instant::now();
@@ -1132,10 +1201,13 @@ impl Transport for ShmTransport {
         &mut self,
         f: &mut dyn FnMut(u64, Result<(), TransportError>),
     ) -> Result<usize, TransportError> {
-        if !self.pulls.reading {
-            return Ok(0);
-        }
         let mut n = 0;
+        if self.offering {
+            n += self.offers_done(f);
+        }
+        if !self.pulls.reading {
+            return Ok(n);
+        }
         let mut busy = false;
         for (i, reader) in self.pulls.readers.iter_mut().enumerate() {
             if reader.busy() {

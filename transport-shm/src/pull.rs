@@ -55,7 +55,7 @@ pub const SERVE_BUDGET: u64 = 256 * 1024;
 pub const PATIENCE: Duration = Duration::from_micros(5);
 /// How long a reader waits for chunks that the peer has taken before it checks that
 /// the peer still lives.
-const ALIVE_CHECK: Duration = Duration::from_secs(1);
+pub(crate) const ALIVE_CHECK: Duration = Duration::from_secs(1);
 
 const ASK: u8 = 1;
 const DATA: u8 = 2;
@@ -983,6 +983,15 @@ impl Pulls {
                     self.pushed_in.chunks_skipped += 1;
                 }
             }),
+            (Some(crate::push::OFFER), Record::Whole(m)) => {
+                crate::push::take_offer(m, push, from, pid).map(|read| {
+                    if read {
+                        self.pushed_in.offers_read += 1;
+                    } else {
+                        self.pushed_in.offers_skipped += 1;
+                    }
+                })
+            }
             (k, _) => Err(bad(from, format!("internal record of kind {k:?}"))),
         };
         self.serving |= self.servers[slot].busy();

@@ -1127,6 +1127,18 @@ impl Consumer {
         })
     }
 
+    /// The kind byte of the next record (its first payload byte) if that record is
+    /// there, whole and of the transport's own ([`Producer::try_push_internal`]);
+    /// `None` otherwise. Reads one cache line and changes nothing.
+    pub fn next_internal_kind(&self) -> Option<u8> {
+        let off = line_off(self.head);
+        let h = self.mem.word(off).load(Ordering::Acquire);
+        let ours = h & !(LEN_MASK | PAD | STREAM | INTERNAL) == encode(self.head, 0, 0)
+            && h & (PAD | STREAM | INTERNAL) == INTERNAL;
+        let len = (h & LEN_MASK) as usize;
+        (ours && (1..=LINE - HDR).contains(&len)).then(|| self.mem.bytes(off + HDR, 1)[0])
+    }
+
     /// Like [`Consumer::pop`], but a streamed record is handed over as soon as its
     /// first fragment is there, and with it, for a record of the transport's own
     /// ([`Producer::try_push_internal`]), the ring's push claim word (`crate::push`;

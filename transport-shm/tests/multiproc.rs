@@ -297,9 +297,10 @@ fn cma_put_get_1mib_and_bounds() {
         let mut ex = env.exchange();
         let mut t = ShmTransport::new(&mut ex).unwrap();
         assert!(t.caps().put && t.caps().get, "CMA unavailable: {t:?}");
-        // every read here is one `process_vm_readv` (pulls are tested below)
+        // every read here is one `process_vm_readv` (pulls are tested below), every
+        // write one `process_vm_writev` (pushes and offers too)
         t.set_read_mode(ReadMode::Cma);
-        t.set_write_mode(WriteMode::Cma);
+        t.set_write_mode(WriteMode::Writev);
         let old = |i: usize| (i * 7 + 1) as u8;
         let new = |i: usize| (i * 13 + 5) as u8;
         if env.rank == 1 {
@@ -745,6 +746,31 @@ fn push_target(env: &RankEnv, len: usize, poll: bool) -> (PushStats, u64) {
     (t.push_stats(), notices)
 }
 
+/// Rank 0's side of the busy-receiver tests, up to its write: its exchange and
+/// transport (writing in `mode`), rank 1's buffer of `len` bytes, and the bytes for
+/// it from offset 99 on.
+fn busy_writer(
+    env: &RankEnv,
+    mode: WriteMode,
+    len: usize,
+) -> (FileExchange, ShmTransport, RemoteBuf, Vec<u8>) {
+    let mut ex = env.exchange();
+    let mut t = ShmTransport::new(&mut ex).unwrap();
+    t.set_write_mode(mode);
+    ex.fence().unwrap();
+    let d = remote_buf(&mut ex, 1);
+    (ex, t, d, (99..len).map(pattern).collect())
+}
+
+/// Rank 0's last words to `push_target`: the notice of a write of `len` bytes at
+/// `off`, then "done".
+fn notice_then_done(t: &mut ShmTransport, off: usize, len: usize) {
+    let mut notice = (off as u64).to_le_bytes().to_vec();
+    notice.extend_from_slice(&(len as u64).to_le_bytes());
+    t.try_send(1, &notice, &[]).unwrap();
+    t.try_send(1, b"done", &[]).unwrap();
+}
+
 /// Large direct writes pushed through the ring and copied out by the receiver as it
 /// polls, at odd sizes and offsets: each push's bytes are there when the control
 /// message sent after it arrives, and the receiver copied every chunk.
@@ -828,12 +854,7 @@ fn pushes_to_a_busy_receiver_are_written_back() {
                 assert_eq!(s.chunks_skipped, PUSH_START / PUSH_CHUNK as u64, "{s:?}");
                 return;
             }
-            let mut ex = env.exchange();
-            let mut t = ShmTransport::new(&mut ex).unwrap();
-            t.set_write_mode(WriteMode::Push);
-            ex.fence().unwrap();
-            let d = remote_buf(&mut ex, 1);
-            let src: Vec<u8> = (99..LEN).map(pattern).collect();
+            let (mut ex, mut t, d, src) = busy_writer(&env, WriteMode::Push, LEN);
             let t0 = Instant::now();
             assert_eq!(t.put(1, &src, d, 99, 7).unwrap(), Posted::Done);
             let took = t0.elapsed();
@@ -845,12 +866,201 @@ fn pushes_to_a_busy_receiver_are_written_back() {
             );
             assert!(took < Duration::from_secs(5), "took {took:?}");
             ex.fence().unwrap(); // the receiver polls now
-            let mut notice = 99u64.to_le_bytes().to_vec();
-            notice.extend_from_slice(&((LEN - 99) as u64).to_le_bytes());
-            t.try_send(1, &notice, &[]).unwrap();
-            t.try_send(1, b"done", &[]).unwrap();
+            notice_then_done(&mut t, 99, LEN - 99);
         },
     );
+}
+
+/// Polls until `poll_done` has reported `token` (handing messages to `msg`); returns
+/// its outcome.
+fn wait_put(t: &mut ShmTransport, token: u64, msg: &mut dyn FnMut(Rank, &[u8])) {
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut done = false;
+    while !done {
+        t.poll(64, msg).unwrap();
+        t.poll_done(&mut |tok, r| {
+            assert_eq!(tok, token, "a token we did not wait for");
+            r.unwrap();
+            done = true;
+        })
+        .unwrap();
+        assert!(Instant::now() < end, "offer {token} never finished");
+    }
+}
+
+/// Large direct writes offered to a receiver that polls, at odd sizes and offsets:
+/// `put` returns at once, the notice sent right after it finds the bytes in place
+/// (the receiver read them first), and the receiver read every offer.
+#[test]
+fn offers_are_read_by_the_receiver() {
+    const LEN: usize = 3 << 20;
+    let cases = [
+        (PUSH_FROM, 0),
+        (PUSH_FROM + 1, 7),
+        (PUSH_BUDGET as usize + 12_345, 100_001),
+        (LEN - 70_001, 70_001),
+        (LEN, 0),
+    ];
+    run_ranks("offers_are_read_by_the_receiver", 2, TIMEOUT, |env| {
+        if env.rank == 1 {
+            let (s, notices) = push_target(&env, LEN, true);
+            assert_eq!(notices, cases.len() as u64);
+            let want = PushStats {
+                offers_read: cases.len() as u64,
+                ..PushStats::default()
+            };
+            assert_eq!(s, want);
+            return;
+        }
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        t.set_write_mode(WriteMode::Cma);
+        t.set_push_patience(Duration::from_secs(3600)); // the receiver reads each
+        ex.fence().unwrap();
+        let d = remote_buf(&mut ex, 1);
+        for (k, &(len, off)) in cases.iter().enumerate() {
+            let src: Vec<u8> = (off..off + len).map(pattern).collect();
+            let token = 2 * k as u64;
+            assert_eq!(
+                t.put(1, &src, d, off as u64, token).unwrap(),
+                Posted::Pending
+            );
+            let mut notice = (off as u64).to_le_bytes().to_vec();
+            notice.extend_from_slice(&(len as u64).to_le_bytes());
+            t.try_send(1, &notice, &[]).unwrap();
+            wait_put(&mut t, token, &mut |_, _| panic!("rank 1 sends nothing"));
+        }
+        t.try_send(1, b"done", &[]).unwrap();
+        let want = PushStats {
+            offers: cases.len() as u64,
+            ..PushStats::default()
+        };
+        assert_eq!(t.push_stats(), want);
+    });
+}
+
+/// A receiver that does not poll does not stall an offer: the sender writes it
+/// itself after `OFFER_PATIENCE`, when it next looks, and the late receiver skips
+/// the record.
+#[test]
+fn offers_to_a_busy_receiver_are_written_back() {
+    const LEN: usize = 1 << 20;
+    run_ranks(
+        "offers_to_a_busy_receiver_are_written_back",
+        2,
+        TIMEOUT,
+        |env| {
+            if env.rank == 1 {
+                let (s, notices) = push_target(&env, LEN, false);
+                assert_eq!(notices, 1);
+                let want = PushStats {
+                    offers_skipped: 1,
+                    ..PushStats::default()
+                };
+                assert_eq!(s, want);
+                return;
+            }
+            let (mut ex, mut t, d, src) = busy_writer(&env, WriteMode::Cma, LEN);
+            let t0 = Instant::now();
+            assert_eq!(t.put(1, &src, d, 99, 4).unwrap(), Posted::Pending);
+            wait_put(&mut t, 4, &mut |_, _| panic!("rank 1 does not poll"));
+            assert!(t0.elapsed() < Duration::from_secs(5));
+            let want = PushStats {
+                offers: 1,
+                offers_written: 1,
+                ..PushStats::default()
+            };
+            assert_eq!(t.push_stats(), want);
+            ex.fence().unwrap(); // the receiver polls now
+            notice_then_done(&mut t, 99, LEN - 99);
+        },
+    );
+}
+
+/// Two ranks offering to each other at once, round after round, at random sizes and
+/// offsets, each sometimes busy for a while before it polls (so that offers are read,
+/// written back, and crossed): every offer finishes, its bytes are in place when its
+/// notice comes, and nothing outside it is touched.
+#[test]
+fn offers_crossing_both_ways() {
+    const LEN: usize = 1 << 20;
+    const ROUNDS: u64 = 300;
+    run_ranks("offers_crossing_both_ways", 2, TIMEOUT, |env| {
+        let mut ex = env.exchange();
+        let mut t = ShmTransport::new(&mut ex).unwrap();
+        t.set_write_mode(WriteMode::Cma);
+        let me = env.rank;
+        let peer = 1 - me;
+        let mut buf = vec![0u8; LEN];
+        publish_u64(&mut ex, "buf.addr", buf.as_mut_ptr() as u64);
+        publish_u64(&mut ex, "buf.len", LEN as u64);
+        ex.fence().unwrap();
+        let d = remote_buf(&mut ex, peer);
+        // the block `from` writes in `round`: (offset, length, first pattern index)
+        let shape = |from: Rank, round: u64| {
+            let mut r = 0x9e37_79b9_7f4a_7c15 ^ (round << 1 | from as u64);
+            let len = PUSH_FROM + (common::next_rand(&mut r) as usize % (LEN - PUSH_FROM));
+            let off = common::next_rand(&mut r) as usize % (LEN - len + 1);
+            (off, len, (common::next_rand(&mut r) % 1000) as usize)
+        };
+        let mut src = Vec::new();
+        for round in 0..ROUNDS {
+            let (off, len, p) = shape(me, round);
+            src.clear();
+            src.extend((p..p + len).map(pattern));
+            let posted = t.put(peer, &src, d, off as u64, round * 2).unwrap();
+            t.try_send(peer, &round.to_le_bytes(), &[]).unwrap();
+            if round % 5 == u64::from(me) {
+                // busy: the peer's offer waits, or is written back
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            // the peer's notice for this round, and its bytes in place
+            let (mut noticed, mut done, mut ok) = (false, posted == Posted::Done, false);
+            let end = Instant::now() + Duration::from_secs(60);
+            while !(noticed && done) {
+                t.poll(64, &mut |s, m| {
+                    if noticed {
+                        // the peer is done with this round already
+                        assert_eq!((s, m, ok), (peer, &b"ok"[..], false));
+                        ok = true;
+                        return;
+                    }
+                    assert_eq!((s, m), (peer, &round.to_le_bytes()[..]));
+                    let (off, len, p) = shape(peer, round);
+                    let bad = buf[off..off + len]
+                        .iter()
+                        .enumerate()
+                        .position(|(i, &b)| b != pattern(p + i));
+                    assert!(bad.is_none(), "round {round}: byte {bad:?} not written");
+                    buf[off..off + len].fill(0);
+                    noticed = true;
+                })
+                .unwrap();
+                t.poll_done(&mut |tok, r| {
+                    assert_eq!(tok, round * 2);
+                    r.unwrap();
+                    done = true;
+                })
+                .unwrap();
+                assert!(Instant::now() < end, "round {round}: stuck");
+            }
+            // the peer has checked this round's bytes before the next round writes
+            // (one message at a time: its next notice may follow at once)
+            t.try_send(peer, b"ok", &[]).unwrap();
+            while !ok {
+                t.poll(1, &mut |s, m| {
+                    assert_eq!((s, m), (peer, &b"ok"[..]));
+                    ok = true;
+                })
+                .unwrap();
+                assert!(Instant::now() < end, "round {round}: no ok");
+            }
+        }
+        assert!(buf.iter().all(|&b| b == 0), "bytes outside the offers");
+        let s = t.push_stats();
+        assert_eq!(s.offers, ROUNDS, "{s:?}");
+        assert_eq!(s.offers_read + s.offers_skipped, ROUNDS, "{s:?}");
+    });
 }
 
 #[test]
