@@ -46,13 +46,19 @@
 //! took 1.2–1.3x as long with sender writes as with receiver reads on the Intel
 //! machine of issue 11's sixty-seventh round (`docs/performance.md`, "Direct writes
 //! read by the receiver"). An offer takes two numbers of the push claim word's
-//! sequence, `c` and `c + 1`: the receiver claims it by moving the word from `c` to
-//! `c + 1` and stores `c + 2` when its read is done (or `c` again, giving it back,
-//! if the read failed); the sender, when the word is still at `c` after
-//! [`OFFER_PATIENCE`] (the receiver computes, or is itself inside a `put` to this
-//! rank), moves it to `c + 2` and writes the payload itself. `put` returns once the
-//! word has passed `c + 1`: either way the bytes are in place before anything the
-//! sender sends after it, and the sender's buffer is no longer read.
+//! sequence, `c` and `c + 1`. `put` returns [`transport::Posted::Pending`] once the
+//! record is in the ring. The receiver claims the offer by moving the word from `c`
+//! to `c + 1`, and stores `c + 2` when its read is done (or `c` again, giving it
+//! back, if the read failed). The sender, looking in `poll_done`, finds the word
+//! past `c + 1` and reports the write done; or, when the word is still at `c`
+//! after [`OFFER_PATIENCE`] (the receiver computes), it takes the offer itself
+//! (`c + 1`), writes the payload and stores `c + 2`. A receiver that meets the
+//! record while the sender writes waits for `c + 2` before it reads on. Either way
+//! the bytes are in place before the `Written` notice, which follows the record in
+//! the ring, and the sender's buffer is not read after the write is reported done.
+//! A rank whose own offer to a peer is unclaimed when the peer's offer to it is
+//! next in its ring writes its own at once: two ranks writing to each other were
+//! faster than the two reading.
 //!
 //! ```text
 //! OFFER | pad (7 B) | chunk (u64) | destination address (u64) | source address (u64) | length (u64)
