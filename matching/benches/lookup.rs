@@ -94,7 +94,7 @@ fn bench_sender(c: &mut Criterion) {
             ctx: 0,
             len: LEN,
             mode: SendMode::Standard,
-            read_if_lone: false,
+            read_advised: false,
             buf: RemoteBuf {
                 addr: 0x200_0000,
                 len: LEN,

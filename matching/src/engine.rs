@@ -150,8 +150,11 @@ pub struct SendSpec {
     /// receiver than carried eagerly: a standard send above
     /// [`Config::lone_read_above`] with this set is read at once by its receiver (a
     /// get-now request) when it is lone (nothing else of this rank's in flight to
-    /// `dest`; docs/protocol.md rule 18).
-    pub read_if_lone: bool,
+    /// `dest`; docs/protocol.md rule 18), and one above
+    /// [`Config::stream_read_above`] when it is not (a stream's, rule 20). The driver
+    /// asks the transport the question [`Engine::lone_now`] or
+    /// [`Engine::stream_now`] says the send will be judged by.
+    pub read_advised: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -495,8 +498,9 @@ impl std::hash::Hash for Blockers {
 pub struct Engine {
     cfg: Config,
     /// The largest eager payload the send fast path takes: the eager limit, or
-    /// [`Config::lone_read_above`] or [`Config::cross_read_above`] if lower (a larger
-    /// send may be read if lone or crossing, which [`Engine::start_send`] decides).
+    /// [`Config::lone_read_above`], [`Config::cross_read_above`] or
+    /// [`Config::stream_read_above`] if lower (a larger send may be read if lone,
+    /// crossing or advised in a stream, which [`Engine::start_send`] decides).
     fast_limit: u64,
     me: Rank,
     size: u32,
@@ -557,7 +561,8 @@ impl Engine {
             fast_limit: cfg
                 .eager_limit
                 .min(cfg.lone_read_above)
-                .min(cfg.cross_read_above),
+                .min(cfg.cross_read_above)
+                .min(cfg.stream_read_above),
             me,
             size,
             peers: vec![peer; size as usize],
@@ -1543,7 +1548,7 @@ impl Engine {
         let fits = self.cfg.protocol == RecvProtocol::Eager && spec.len <= self.cfg.eager_limit;
         // (`p.waiting` holds this send already: lone if it is the only one)
         let lone = fits
-            && spec.read_if_lone
+            && spec.read_advised
             && p.waiting.len() == 1
             && Self::lone(&self.cfg, self.me, p, spec.dest, spec.len, spec.mode);
         // traffic crosses: read, whether lone or not (rule 19)
@@ -1552,13 +1557,23 @@ impl Engine {
             && spec.len > self.cfg.cross_read_above
             && spec.mode == SendMode::Standard
             && spec.dest != self.me;
+        // a stream's send, advised to be read (rule 20)
+        let stream = fits
+            && !(p.waiting.len() == 1 && Self::quiet(&self.cfg, p))
+            && !cross
+            && spec.read_advised
+            && spec.len > self.cfg.stream_read_above
+            && spec.mode == SendMode::Standard
+            && spec.dest != self.me;
         if cross {
             p.cross_left -= 1;
             self.stats.cross_reads += 1;
         } else if lone {
             self.stats.lone_reads += 1;
+        } else if stream {
+            self.stats.stream_reads += 1;
         }
-        let lone = lone || cross;
+        let lone = lone || cross || stream;
         let eager = fits && !lone;
         // a lone or crossing send is read at once, into a staging buffer if no receive
         // takes it yet: it completes as the eager send it replaces would, whether or
@@ -1597,7 +1612,7 @@ impl Engine {
         Ok(id)
     }
 
-    /// Whether a standard send of `spec` (advised `read_if_lone`, to `p`, with no
+    /// Whether a standard send of `spec` (advised `read_advised`, to `p`, with no
     /// other send of this rank's waiting for a reply from it: the caller checks both)
     /// is read by its receiver although the eager limit would carry it
     /// ([`Config::lone_read_above`]): it is large enough, and nothing of this rank's
@@ -1609,19 +1624,30 @@ impl Engine {
     fn lone(cfg: &Config, me: Rank, p: &Peer, dest: Rank, len: u64, mode: SendMode) -> bool {
         // (`p.waiting` holds this send already, or [`Engine::lone_now`] asks before
         // it does: the caller checks the rest)
-        len > cfg.lone_read_above
-            && mode == SendMode::Standard
-            && dest != me
-            && p.outbox.is_empty()
-            && p.credits_back(cfg)
+        len > cfg.lone_read_above && mode == SendMode::Standard && dest != me && Self::quiet(cfg, p)
+    }
+
+    /// Whether the eager protocol carries a payload of `len` bytes.
+    #[inline(always)]
+    fn eager_carries(cfg: &Config, len: u64) -> bool {
+        cfg.protocol == RecvProtocol::Eager && len <= cfg.eager_limit
+    }
+
+    /// Whether nothing of this rank's is in flight to `p` but what the caller checks
+    /// (`p.waiting`): nothing queued, every credit back but those of a few control
+    /// messages not answered yet. A send then is lone (rule 18), else a stream's
+    /// (rule 20).
+    #[inline(always)]
+    fn quiet(cfg: &Config, p: &Peer) -> bool {
+        p.outbox.is_empty() && p.credits_back(cfg)
     }
 
     /// Whether a send of `len` bytes to `dest` in `mode`, started now with
-    /// [`SendSpec::read_if_lone`] set, would be lone and so read by its receiver
+    /// [`SendSpec::read_advised`] set, would be lone and so read by its receiver
     /// (docs/protocol.md rule 18): what [`Engine::start_send`] decides, asked
     /// beforehand without changing anything, so that the driver asks the transport's
-    /// advice ([`SendSpec::read_if_lone`]) for lone sends only and a stream's sends
-    /// cost the transport no judgement. `false` for a rank outside the job.
+    /// advice ([`SendSpec::read_advised`]) on a lone send as such (and a stream's,
+    /// [`Engine::stream_now`], as a stream's). `false` for a rank outside the job.
     #[inline]
     pub fn lone_now(&self, dest: Rank, len: u64, mode: SendMode) -> bool {
         let cfg = &self.cfg;
@@ -1629,11 +1655,32 @@ impl Engine {
         // `start_send` checks around `lone`: the eager protocol carries it, and no
         // other send waits for a reply from `dest`)
         len > cfg.lone_read_above
-            && cfg.protocol == RecvProtocol::Eager
-            && len <= cfg.eager_limit
+            && Self::eager_carries(cfg, len)
             && self.peers.get(dest as usize).is_some_and(|p| {
                 p.waiting.is_empty() && Self::lone(cfg, self.me, p, dest, len, mode)
             })
+    }
+
+    /// Whether a send of `len` bytes to `dest` in `mode`, started now, is a stream's
+    /// send that [`Engine::start_send`] reads when the driver marks it
+    /// [`SendSpec::read_advised`] (docs/protocol.md rule 20): above
+    /// [`Config::stream_read_above`], carried by the eager protocol, standard, to
+    /// another rank, and not lone (another send of this rank's waits for a reply
+    /// from `dest`, or its channel to `dest` is not quiet: something queued, or more
+    /// than a few credits out). Asked without changing anything, so that the driver
+    /// asks the transport's advice on a stream's send as such. `false` for a rank
+    /// outside the job.
+    #[inline]
+    pub fn stream_now(&self, dest: Rank, len: u64, mode: SendMode) -> bool {
+        let cfg = &self.cfg;
+        len > cfg.stream_read_above
+            && Self::eager_carries(cfg, len)
+            && mode == SendMode::Standard
+            && dest != self.me
+            && self
+                .peers
+                .get(dest as usize)
+                .is_some_and(|p| !(p.waiting.is_empty() && Self::quiet(cfg, p)))
     }
 
     /// The fast path of a standard send whose message can leave at once and carries its
@@ -1733,7 +1780,7 @@ impl Engine {
     ///     ctx: 0,
     ///     len: 4,
     ///     mode: SendMode::Standard,
-    ///     read_if_lone: false,
+    ///     read_advised: false,
     ///     buf: RemoteBuf::default(),
     /// };
     /// let d = e.send_to_self(&spec).unwrap().expect("the receive is posted");

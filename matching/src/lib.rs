@@ -67,7 +67,7 @@
 //!
 //! // rank 0: MPI_Isend(sbuf, dest 1, tag 7) finds the advertised receive
 //! let sbuf_desc = RemoteBuf { addr: 0x2000, len: 8, key: 0 };
-//! let s = e[0].start_send(SendSpec { dest: 1, tag: 7, ctx: 0, len: 8, mode: SendMode::Standard, buf: sbuf_desc, read_if_lone: false }).unwrap();
+//! let s = e[0].start_send(SendSpec { dest: 1, tag: 7, ctx: 0, len: 8, mode: SendMode::Standard, buf: sbuf_desc, read_advised: false }).unwrap();
 //! let mut notices = vec![];
 //! while let Some(o) = e[0].poll_output() {
 //!     match o {

@@ -221,7 +221,7 @@ pub struct Config {
     /// sets this to the eager limit. 0 = advertise receives of every size.
     pub advertise_above: u64,
     /// A standard send of more than this many bytes that its driver marks
-    /// (`SendSpec::read_if_lone`, the transport's advice) goes as a get-now request
+    /// (`SendSpec::read_advised`, the transport's advice) goes as a get-now request
     /// (its receiver reads it at once, into the receive or a staging buffer) although
     /// the eager limit would carry it, when it is
     /// *lone*: nothing of this rank's is in flight to the destination (no send waiting
@@ -241,6 +241,19 @@ pub struct Config {
     /// costs them less than a copy in and a copy out each. The receiver takes either
     /// kind of send request, so ranks may differ. `u64::MAX` = never.
     pub cross_read_above: u64,
+    /// A standard send of more than this many bytes, within the eager limit, to
+    /// another rank, that its driver marks (`SendSpec::read_advised`, the transport's
+    /// advice for a stream's send) goes as a get-now request (read once by its
+    /// receiver, as a lone send is) when it is *not* lone: a send of a stream, behind
+    /// others of this rank's still in flight to the destination. Where the two CPUs
+    /// do not share a cache, a stream through the eager channel moves every line
+    /// between them twice, and the receiver's copy out of lines the sender has just
+    /// written sets the stream's pace; one read takes clean lines once. The driver
+    /// asks the transport only for such sends ([`Engine::stream_now`](crate::Engine::stream_now)),
+    /// and the transport answers from what both ways take (shared memory measures
+    /// them per peer). The receiver takes either kind of send request, so ranks may
+    /// differ. `u64::MAX` = never.
+    pub stream_read_above: u64,
     #[doc(hidden)]
     pub mutation: Mutation,
 }
@@ -261,6 +274,7 @@ impl Default for Config {
             advertise_above: 0,
             lone_read_above: u64::MAX,
             cross_read_above: u64::MAX,
+            stream_read_above: u64::MAX,
             mutation: Mutation::None,
         }
     }
@@ -378,6 +392,9 @@ pub struct Stats {
     /// Of those, sends the eager limit would have carried, read because traffic
     /// crossed ([`Config::cross_read_above`]).
     pub cross_reads: u64,
+    /// Of those, sends of a stream the eager limit would have carried, read on the
+    /// transport's advice ([`Config::stream_read_above`]).
+    pub stream_reads: u64,
     /// Receive requests advertised to senders.
     pub advertised: u64,
     /// Advertised receives consumed at the sender by the crossing rule.
@@ -392,13 +409,14 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "direct={} (inline {}) eager={} rndv={} (lone {}, crossing {}) advertised={} crossed={} paused={} credit_stalls={}",
+            "direct={} (inline {}) eager={} rndv={} (lone {}, crossing {}, stream {}) advertised={} crossed={} paused={} credit_stalls={}",
             self.direct_writes,
             self.inline_writes,
             self.eager_sends,
             self.rndv_sends,
             self.lone_reads,
             self.cross_reads,
+            self.stream_reads,
             self.advertised,
             self.crossed,
             self.paused,

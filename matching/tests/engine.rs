@@ -80,8 +80,8 @@ struct World {
     /// Where the buffer of each `Output::CopyIn` was, per rank, in order: the driver
     /// hands each back with `Engine::recycle`, as rsmpi-core does.
     copies: Vec<(Rank, usize)>,
-    /// The transport's advice on every send (`SendSpec::read_if_lone`).
-    read_if_lone: bool,
+    /// The transport's advice on every send (`SendSpec::read_advised`).
+    read_advised: bool,
 }
 
 /// The bytes of a message still arriving that a transport always has (the shared
@@ -111,7 +111,7 @@ impl World {
             early: 0,
             common: 0,
             copies: vec![],
-            read_if_lone: false,
+            read_advised: false,
         }
     }
 
@@ -260,7 +260,7 @@ impl World {
             ctx: 0,
             len,
             mode,
-            read_if_lone: self.read_if_lone,
+            read_advised: self.read_advised,
             buf: RemoteBuf { addr, len, key: 0 },
         };
         let id = self.eng[rank as usize].start_send(spec)?;
@@ -640,7 +640,7 @@ fn lone_sends_are_read_and_streams_stay_eager() {
         // receives not advertised: the sends go as send requests
         c.advertise_above = 64;
     }));
-    w.read_if_lone = true;
+    w.read_advised = true;
     let paths = |w: &World| {
         let s = w.stats(0);
         (s.lone_reads, s.rndv_sends, s.eager_sends)
@@ -667,7 +667,7 @@ fn lone_sends_are_read_and_streams_stay_eager() {
     w.run();
     let ssync = w.send(0, 1, 3, 48, SendMode::Synchronous);
     w.run();
-    w.read_if_lone = false;
+    w.read_advised = false;
     let s48 = w.send(0, 1, 3, 48, STD);
     w.run();
     for (s, len) in [(s32, 32), (ssync, 48), (s48, 48)] {
@@ -677,7 +677,7 @@ fn lone_sends_are_read_and_streams_stay_eager() {
     }
     assert_eq!(w.stats(0).lone_reads, 2);
     // and a rank never reads its own lone sends
-    w.read_if_lone = true;
+    w.read_advised = true;
     let me = w.send(1, 1, 4, 48, STD);
     let r = w.post(1, Source::Rank(1), t(4), 64);
     w.run();
@@ -685,8 +685,27 @@ fn lone_sends_are_read_and_streams_stay_eager() {
     assert_eq!(w.stats(1).lone_reads, 0);
 }
 
+/// Sends `len` bytes in `mode` from `from` to `to` on tag 5 and checks that the
+/// counter `count` of the sender's stats moved by one exactly when `said` (what
+/// `Engine::lone_now` or `Engine::stream_now` foretold).
+fn foretold(
+    w: &mut World,
+    (from, to, len, mode): (Rank, Rank, u64, SendMode),
+    said: bool,
+    count: fn(&Stats) -> u64,
+) -> SendId {
+    let before = count(&w.stats(from));
+    let s = w.send(from, to, 5, len, mode);
+    assert_eq!(
+        count(&w.stats(from)) - before,
+        u64::from(said),
+        "{from} -> {to}, {len} B, {mode:?}"
+    );
+    s
+}
+
 /// `Engine::lone_now` foretells, without changing anything, what `start_send` then
-/// decides for a send advised `read_if_lone`: the driver asks the transport's advice
+/// decides for a send advised `read_advised`: the driver asks the transport's advice
 /// only where it is true. Checked before every send of a lone send, a burst, a send at
 /// the limit, a synchronous one, one to a rank outside the job, and one to itself.
 #[test]
@@ -695,17 +714,10 @@ fn lone_now_foretells_the_engines_choice() {
         c.lone_read_above = 32;
         c.advertise_above = 64;
     }));
-    w.read_if_lone = true;
+    w.read_advised = true;
     let check = |w: &mut World, from: Rank, to: Rank, len: u64, mode: SendMode| {
         let said = w.eng[from as usize].lone_now(to, len, mode);
-        let before = w.stats(from).lone_reads;
-        let s = w.send(from, to, 5, len, mode);
-        assert_eq!(
-            w.stats(from).lone_reads - before,
-            u64::from(said),
-            "{from} -> {to}, {len} B, {mode:?}"
-        );
-        s
+        foretold(w, (from, to, len, mode), said, |s| s.lone_reads)
     };
     let mut sends = vec![check(&mut w, 0, 1, 48, STD)];
     // a burst behind it: none lone while the first waits for its read
@@ -733,6 +745,73 @@ fn lone_now_foretells_the_engines_choice() {
     assert!(!w.eng[0].lone_now(1, 48, SendMode::Buffered));
     let eager = w.eng[0].config().eager_limit;
     assert!(!w.eng[0].lone_now(1, eager + 1, STD));
+}
+
+/// `Config::stream_read_above`: a standard send above it, within the eager limit,
+/// advised to be read, goes as a get-now request when it is *not* lone (rule 20): a
+/// stream's sends behind its first, whose own reading is rule 18's affair. At the
+/// limit, synchronous, unadvised, to itself or above the eager limit it keeps its
+/// path; `Engine::stream_now` foretells each choice; every message arrives whole, its
+/// receive posted before or after it came.
+#[test]
+fn stream_sends_are_read_where_advised() {
+    let mut w = World::two(cfg(|c| {
+        c.stream_read_above = 32;
+        // receives not advertised: the sends go as send requests
+        c.advertise_above = 64;
+        // credits weighed by size, as rsmpi's are: an eager message of 48 bytes
+        // takes more than the few a lone send may miss
+        c.credit_unit = 8;
+    }));
+    w.read_advised = true;
+    let check = |w: &mut World, from: Rank, to: Rank, len: u64, mode: SendMode| {
+        let said = w.eng[from as usize].stream_now(to, len, mode);
+        foretold(w, (from, to, len, mode), said, |s| s.stream_reads)
+    };
+    // a stream of four: the first lone (eager, lone reads are off here), the rest read
+    let mut sends: Vec<SendId> = (0..4).map(|_| check(&mut w, 0, 1, 48, STD)).collect();
+    assert_eq!(w.stats(0).stream_reads, 3);
+    assert_eq!((w.stats(0).eager_sends, w.stats(0).rndv_sends), (1, 3));
+    // behind them: at the limit, synchronous, unadvised: their own paths
+    sends.push(check(&mut w, 0, 1, 32, STD));
+    sends.push(check(&mut w, 0, 1, 48, SendMode::Synchronous));
+    w.read_advised = false;
+    sends.push(w.send(0, 1, 5, 48, STD));
+    w.read_advised = true;
+    assert_eq!(w.stats(0).stream_reads, 3);
+    // half the receives before the messages are handled, half after
+    let early: Vec<_> = (0..3).map(|_| w.post(1, R0, t(5), 64)).collect();
+    w.run();
+    let late: Vec<_> = (3..sends.len()).map(|_| w.post(1, R0, t(5), 64)).collect();
+    w.run();
+    for (&r, &s) in early.iter().chain(&late).zip(&sends) {
+        w.assert_received(1, r, 0, s, 5);
+        assert_eq!(w.send_done(0, s), Some(SendOutcome::Sent));
+    }
+    // everything taken: lone again, so not a stream's
+    assert!(!w.eng[0].stream_now(1, 48, STD));
+    // outside the job, to itself, buffered or above the eager limit: never
+    let s = check(&mut w, 0, 1, 48, STD);
+    assert!(w.eng[0].stream_now(1, 48, STD));
+    assert!(!w.eng[0].stream_now(7, 48, STD));
+    assert!(!w.eng[0].stream_now(0, 48, STD));
+    assert!(!w.eng[0].stream_now(1, 48, SendMode::Buffered));
+    let eager = w.eng[0].config().eager_limit;
+    assert!(!w.eng[0].stream_now(1, eager + 1, STD));
+    let r = w.post(1, R0, t(5), 64);
+    w.run();
+    w.assert_received(1, r, 0, s, 5);
+    // a stream's read larger than its receive: cut to the receive, reported
+    // truncated, the guard past it intact
+    let before = w.stats(0).stream_reads;
+    let big: Vec<SendId> = (0..2).map(|_| check(&mut w, 0, 1, 48, STD)).collect();
+    assert!(w.stats(0).stream_reads > before);
+    w.run();
+    for &s in &big {
+        let r = w.post(1, R0, t(5), 40);
+        w.run();
+        w.assert_received(1, r, 0, s, 5);
+    }
 }
 
 /// `Config::cross_read_above`: sends above it stay eager while traffic goes one way,

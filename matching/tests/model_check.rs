@@ -400,6 +400,22 @@ fn exhaustive_default_bounds() {
             ),
         ),
         (
+            "C (lone and stream sends read, 2 credits)",
+            phase_c(
+                cfg(|c| {
+                    // BIG sends fit the eager limit: a lone one goes by rendezvous, and
+                    // one behind it while it waits for its read goes by rendezvous too,
+                    // as a stream's (rule 20; every send is advised to be read)
+                    c.eager_limit = BIG;
+                    c.lone_read_above = SMALL;
+                    c.stream_read_above = SMALL;
+                    c.credits = 2;
+                    c.low_water = 1;
+                }),
+                2,
+            ),
+        ),
+        (
             "C (get protocol)",
             phase_c(cfg(|c| c.protocol = RecvProtocol::Get), 2),
         ),
@@ -799,6 +815,13 @@ fn random_walks_random_programs() {
                 1 => RecvProtocol::Sync,
                 _ => RecvProtocol::Eager,
             };
+            // one in three: large sends within the eager limit, read when lone (rule
+            // 18) or a stream's (rule 20; every send is advised to be read)
+            if next(3) == 0 {
+                c.eager_limit = BIG;
+                c.lone_read_above = SMALL;
+                c.stream_read_above = SMALL;
+            }
         });
         let p = Program::new(ranks, c);
         if let Some(v) = random_walks(&p, 200, 0xabcd + i) {

@@ -41,7 +41,7 @@ fn send(tag: Tag, len: u64) -> SendSpec {
         ctx: 0,
         len,
         mode: SendMode::Standard,
-        read_if_lone: false,
+        read_advised: false,
         buf: RemoteBuf::default(),
     }
 }

@@ -314,6 +314,7 @@ const SMALL_CFG: Config = Config {
     advertise_above: 0,
     lone_read_above: u64::MAX,
     cross_read_above: u64::MAX,
+    stream_read_above: u64::MAX,
     mutation: Mutation::None,
 };
 
@@ -377,7 +378,7 @@ fn engines() -> Vec<Engine> {
                         ctx: 0,
                         len,
                         mode,
-                        read_if_lone: false,
+                        read_advised: false,
                         buf,
                     })
                     .unwrap();

@@ -41,7 +41,11 @@ pub const DEFAULT_INLINE_LIMIT: u64 = 65536;
 /// `RSMPI_CROSS_READ_ABOVE=bytes|off` (a standard send above this size, to a peer whose
 /// own large sends keep arriving while a stream of this rank's is in flight to it, is
 /// read once by the receiver: `Config::cross_read_above`; default the transport's
-/// `Caps::cross_read_above`, 8 KiB on shared memory).
+/// `Caps::cross_read_above`, 8 KiB on shared memory),
+/// `RSMPI_STREAM_READ_ABOVE=bytes|off` (a standard send above this size, within the
+/// eager limit, sent while others of this rank's are in flight to its destination, is
+/// read once by the receiver where the transport advises it:
+/// `Config::stream_read_above`; default `Caps::lone_read_above`).
 /// Every rank of a job must see the same values (rsmpirun passes its environment to
 /// all ranks).
 pub fn config_from_env() -> Result<Config> {
@@ -94,6 +98,9 @@ pub fn config_from_env() -> Result<Config> {
     }
     if let Some(n) = bytes_or_off("RSMPI_CROSS_READ_ABOVE")? {
         c.cross_read_above = n;
+    }
+    if let Some(n) = bytes_or_off("RSMPI_STREAM_READ_ABOVE")? {
+        c.stream_read_above = n;
     }
     if let Ok(v) = std::env::var("RSMPI_ADVERTISE") {
         match v.as_str() {
@@ -255,6 +262,10 @@ pub fn initialize_with(mut cfg: Config) -> Result<Universe> {
     // the transport's measured switch, unless RSMPI_LONE_READ_ABOVE or the caller chose
     if cfg.lone_read_above == u64::MAX && std::env::var_os("RSMPI_LONE_READ_ABOVE").is_none() {
         cfg.lone_read_above = caps.lone_read_above;
+    }
+    // a stream's sends above the same switch are read where the transport advises it
+    if cfg.stream_read_above == u64::MAX && std::env::var_os("RSMPI_STREAM_READ_ABOVE").is_none() {
+        cfg.stream_read_above = caps.lone_read_above;
     }
     // and its switch for reads of crossing traffic
     if cfg.cross_read_above == u64::MAX && std::env::var_os("RSMPI_CROSS_READ_ABOVE").is_none() {

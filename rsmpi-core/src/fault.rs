@@ -115,8 +115,8 @@ impl Transport for Faulty {
     ) -> Result<Posted, TransportError> {
         self.inner.get(peer, dst, src, offset, token)
     }
-    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
-        self.inner.prefers_read(peer, len)
+    fn prefers_read(&mut self, peer: Rank, len: usize, stream: bool) -> bool {
+        self.inner.prefers_read(peer, len, stream)
     }
     fn poll_done(
         &mut self,

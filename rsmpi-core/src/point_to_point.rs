@@ -154,7 +154,7 @@ pub(crate) fn start_send<W: tools::Mode>(
         ctx,
         len: len as u64,
         mode,
-        read_if_lone: s.read_if_lone(dest, len, mode),
+        read_advised: s.read_advised(dest, len, mode),
         buf: progress::to_matching(buf),
     };
     let id = s.engine.start_send(spec)?;

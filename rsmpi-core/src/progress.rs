@@ -881,7 +881,7 @@ impl State {
             ctx,
             len: bytes.len() as u64,
             mode: matching::SendMode::Standard,
-            read_if_lone: false,
+            read_advised: false,
             // only read by rendezvous, which the fast path never takes
             buf: matching::RemoteBuf::default(),
         };
@@ -1006,19 +1006,31 @@ impl State {
     /// Whether a send of `len` bytes to `dest` in `mode` is better read by its
     /// receiver: it would be lone (above the transport's size for it, within the
     /// eager limit, nothing else of this rank's in flight to `dest`;
-    /// [`matching::Engine::lone_now`]) and the transport, asked only then, advises
-    /// it ([`matching::Config::lone_read_above`], `Transport::prefers_read`).
+    /// [`matching::Engine::lone_now`]) or a stream's
+    /// ([`matching::Engine::stream_now`]), and the transport, asked only then and
+    /// told which, advises it ([`matching::Config::lone_read_above`],
+    /// [`matching::Config::stream_read_above`], `Transport::prefers_read`).
     #[inline]
-    pub fn read_if_lone(&mut self, dest: u32, len: usize, mode: matching::SendMode) -> bool {
-        self.engine.lone_now(dest, len as u64, mode) && self.transport.prefers_read(dest, len)
+    pub fn read_advised(&mut self, dest: u32, len: usize, mode: matching::SendMode) -> bool {
+        let l = len as u64;
+        if self.engine.lone_now(dest, l, mode) {
+            self.transport.prefers_read(dest, len, false)
+        } else {
+            self.engine.stream_now(dest, l, mode) && self.transport.prefers_read(dest, len, true)
+        }
     }
 
     /// Whether a send of `len` bytes may be read one-sidedly by its receiver (it goes
     /// by rendezvous), so that a registering transport must expose it.
     pub fn send_is_read(&self, len: usize) -> bool {
         let c = self.engine.config();
-        // (a lone one may be: `Config::lone_read_above`)
-        len as u64 > c.lone_read_above
+        // (a lone, crossing or stream's one may be: `Config::lone_read_above`,
+        // `Config::cross_read_above`, `Config::stream_read_above`)
+        let floor = c
+            .lone_read_above
+            .min(c.cross_read_above)
+            .min(c.stream_read_above);
+        len as u64 > floor
             || !(c.protocol == matching::RecvProtocol::Eager && len as u64 <= c.eager_limit)
     }
 

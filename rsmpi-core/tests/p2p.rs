@@ -12,6 +12,18 @@ fn job(n: u32, name: &str, body: fn(&rsmpi::Universe)) {
 }
 
 /// [`job`] with `env` set for every rank.
+/// [`job_env`] twice, with `var` set to `read`, then to `ring` (a rank runs the body
+/// once, in the mode its job was given).
+fn read_and_ring(n: u32, name: &str, var: &str, body: fn(&rsmpi::Universe)) {
+    let modes = match std::env::var_os("RSMPI_RANK") {
+        Some(_) => &["read"][..],
+        None => &["read", "ring"][..],
+    };
+    for mode in modes {
+        job_env(n, name, &[(var, mode)], body);
+    }
+}
+
 fn job_env(n: u32, name: &str, env: &[(&str, &str)], body: fn(&rsmpi::Universe)) {
     if std::env::var_os("RSMPI_RANK").is_some() {
         let u = rsmpi::initialize().expect("init");
@@ -160,19 +172,7 @@ fn lone_messages_are_read_once() {
         );
         w.barrier();
     }
-    // (a rank runs the body once, in the mode its job was given)
-    let modes = match std::env::var_os("RSMPI_RANK") {
-        Some(_) => &["read"][..],
-        None => &["read", "ring"][..],
-    };
-    for mode in modes {
-        job_env(
-            2,
-            "lone_messages_are_read_once",
-            &[("RSMPI_SHM_LONE", mode)],
-            body,
-        );
-    }
+    read_and_ring(2, "lone_messages_are_read_once", "RSMPI_SHM_LONE", body);
 }
 
 /// Streams both ways at once (`bibw`'s pattern): above the crossing floor
@@ -226,6 +226,118 @@ fn streams_both_ways_are_read_above_the_crossing_floor() {
     job(
         2,
         "streams_both_ways_are_read_above_the_crossing_floor",
+        body,
+    );
+}
+
+/// A one-way stream (`bw`'s pattern) of messages above the lone floor
+/// (`transport_shm::LONE_READ_ABOVE`, 8 KiB): with `RSMPI_SHM_STREAM=read` every send
+/// behind the first of a window is read once by its receiver (docs/protocol.md rule
+/// 20), with `ring` none is; at and below the floor none is either way. Every message
+/// arrives whole, whether its receive was posted before it came or after (then into a
+/// staging buffer), and an oversized one is reported truncated with nothing written
+/// past the receive's buffer.
+#[test]
+fn one_way_streams_are_read_where_advised() {
+    fn body(u: &rsmpi::Universe) {
+        let reading = std::env::var("RSMPI_SHM_STREAM").as_deref() == Ok("read");
+        let w = u.world();
+        let peer = w.process_at_rank(1 - w.rank());
+        const WINDOW: usize = 12;
+        let sizes = [8 * 1024, 8 * 1024 + 1, 16 * 1024, 32 * 1024 + 7, 65536];
+        for (k, len) in sizes.into_iter().enumerate() {
+            for late in [false, true] {
+                let tag = (2 * k + usize::from(late)) as i32;
+                let before = u.stats().stream_reads;
+                if w.rank() == 0 {
+                    if late {
+                        // the receiver posts after the messages came
+                        w.barrier();
+                    }
+                    let out: Vec<Vec<u8>> =
+                        (0..WINDOW).map(|i| pattern(len, (k + i) as u8)).collect();
+                    request::scope(|sc| {
+                        let sends: Vec<_> = out
+                            .iter()
+                            .map(|d| peer.immediate_send_with_tag(sc, &d[..], tag))
+                            .collect();
+                        for r in sends {
+                            r.wait();
+                        }
+                    });
+                    let read = u.stats().stream_reads - before;
+                    if reading && len > 8 * 1024 {
+                        // the first of the window is lone (rule 18), the rest a stream's
+                        assert!(read >= (WINDOW - 2) as u64, "{len} B: {}", u.stats());
+                    } else {
+                        assert_eq!(read, 0, "{len} B: {}", u.stats());
+                    }
+                    if !late {
+                        w.barrier();
+                    }
+                } else {
+                    let mut inb = vec![vec![0u8; len]; WINDOW];
+                    if late {
+                        w.barrier();
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    request::scope(|sc| {
+                        let recvs: Vec<_> = inb
+                            .iter_mut()
+                            .map(|b| peer.immediate_receive_into_with_tag(sc, &mut b[..], tag))
+                            .collect();
+                        if !late {
+                            w.barrier();
+                        }
+                        for r in recvs {
+                            r.wait();
+                        }
+                    });
+                    for (i, b) in inb.iter().enumerate() {
+                        assert!(*b == pattern(len, (k + i) as u8), "{len} B, message {i}");
+                    }
+                }
+            }
+        }
+        // a stream's message larger than its receive: truncated, nothing written past
+        const LEN: usize = 40_000;
+        if w.rank() == 0 {
+            let out: Vec<Vec<u8>> = (0..4).map(|i| pattern(LEN, 50 + i as u8)).collect();
+            request::scope(|sc| {
+                let sends: Vec<_> = out
+                    .iter()
+                    .map(|d| peer.immediate_send_with_tag(sc, &d[..], 99))
+                    .collect();
+                for r in sends {
+                    r.wait();
+                }
+            });
+        } else {
+            for i in 0..4u8 {
+                let mut b = vec![0xeeu8; LEN];
+                let (head, tail) = b.split_at_mut(LEN - 100);
+                let e = peer.try_receive_into_with_tag(head, 99).unwrap_err();
+                assert_eq!(
+                    e,
+                    Error::Truncated {
+                        len: LEN as u64,
+                        capacity: (LEN - 100) as u64
+                    },
+                    "message {i}"
+                );
+                assert!(
+                    tail.iter().all(|&x| x == 0xee),
+                    "message {i} wrote past its buffer"
+                );
+                assert!(*head == pattern(LEN, 50 + i)[..LEN - 100], "message {i}");
+            }
+        }
+        w.barrier();
+    }
+    read_and_ring(
+        2,
+        "one_way_streams_are_read_where_advised",
+        "RSMPI_SHM_STREAM",
         body,
     );
 }

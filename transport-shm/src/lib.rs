@@ -230,9 +230,9 @@ use transport::{
 };
 
 pub use lone::{
-    ring_estimate, Lone, LoneMode, CLASS_TOP, CROSS_READ_ABOVE, ENV_LONE, FIRST_READ_PROBE_RUN,
-    KEEP, LONE_CLASSES, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY, READ_EXTRA_NS, READ_PROBE_EVERY,
-    READ_PROBE_RUN, REMOTE_FACTOR,
+    ring_estimate, Lone, LoneMode, CLASS_TOP, CROSS_READ_ABOVE, ENV_LONE, ENV_STREAM,
+    FIRST_READ_PROBE_RUN, KEEP, LONE_CLASSES, LONE_READ_ABOVE, LONE_TOP, PROBE_EVERY,
+    READ_EXTRA_NS, READ_PROBE_EVERY, READ_PROBE_RUN, REMOTE_FACTOR,
 };
 pub use loopback::Loopback;
 use pull::Taken;
@@ -408,17 +408,27 @@ impl Arrival<'_> {
 
 /// Hands a streamed record to `f` as [`Incoming::Arriving`], then waits until all of
 /// it is there (`f` may have taken only part: a truncating receive) so that it can be
-/// released; says why not if it cannot be.
+/// released; says why not if it cannot be. Times the delivery for the sender's
+/// stream judge (`judge`, the receiving side of this rank's judge of that peer).
 #[inline(never)]
 fn streamed(
     f: &mut dyn FnMut(Rank, Incoming<'_>),
     from: Rank,
     pid: i32,
     s: &ring::Stream<'_>,
+    judge: &mut Lone,
 ) -> Option<TransportError> {
+    // timed for the sender's stream judge (`lone`, "Streams"): from the record's
+    // first bytes seen to the caller's return, the producer's copy in still under
+    // way included; told through the ring (`Told::copies`)
+    let t = std::time::Instant::now();
     let mut a = Arrival { s, from, pid };
     f(from, Incoming::Arriving(&mut a));
-    a.follow(0, s.len(), |_, _| {}).err()
+    let e = a.follow(0, s.len(), |_, _| {}).err();
+    if let Some((class, told)) = judge.copied_out(s.len(), t.elapsed().as_nanos() as u64) {
+        s.told_copies()[class].store(told, std::sync::atomic::Ordering::Relaxed);
+    }
+    e
 }
 
 impl transport::Arriving for Arrival<'_> {
@@ -528,10 +538,17 @@ pub struct ShmTransport {
     lone: Vec<Lone>,
     /// How lone messages go.
     lone_mode: LoneMode,
-    /// The slot whose lone message the judge has just sent through the ring
-    /// (`usize::MAX`: none): its push is timed for the judge, and only it, so that
-    /// a stream's pushes read neither the clock nor the consumer's line.
+    /// Per slot: whether a stream's message to that peer is better read than
+    /// carried ([`lone`], "Streams").
+    streams: Vec<Lone>,
+    /// How a stream's messages go.
+    stream_mode: LoneMode,
+    /// The slot whose message a judge has just sent through the ring (`usize::MAX`:
+    /// none): its push is timed for the judge, and only it, so that other pushes
+    /// read neither the clock nor the consumer's line.
     judged: usize,
+    /// Whether that judge is the slot's stream judge (else its lone judge).
+    judged_stream: bool,
     // The mappings come last: rings above point into them.
     _peer_maps: Vec<Option<MmapRaw>>,
     own: OwnSegment,
@@ -612,6 +629,7 @@ impl ShmTransport {
         }
         let read_mode = ReadMode::from_env()?;
         let lone_mode = LoneMode::from_env()?;
+        let stream_mode = LoneMode::from_var(ENV_STREAM)?;
         let write_mode = WriteMode::from_env()?;
         let mut slot = vec![NOT_LOCAL; size as usize];
         for (i, &r) in local.iter().enumerate() {
@@ -719,7 +737,10 @@ impl ShmTransport {
             offering: false,
             lone: vec![Lone::default(); n as usize],
             lone_mode,
+            streams: vec![Lone::streams(); n as usize],
+            stream_mode,
             judged: usize::MAX,
+            judged_stream: false,
             _peer_maps: peers,
             own,
         })
@@ -749,7 +770,10 @@ impl ShmTransport {
         let sent = self.producers[i].try_push(header, payload);
         if let (true, Some(start)) = (sent, start) {
             let ns = start.elapsed().as_nanos() as u64;
-            self.lone[i].copied_in(payload.len(), ns);
+            match self.judged_stream {
+                false => self.lone[i].copied_in(payload.len(), ns),
+                true => self.streams[i].copied_in(payload.len(), ns),
+            }
         }
         sent
     }
@@ -930,19 +954,31 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
+    fn prefers_read(&mut self, peer: Rank, len: usize, stream: bool) -> bool {
         let Some(i) = self.slot_of(peer).filter(|&i| i != self.me && self.cma) else {
             return false;
         };
         let pid = self.pids[self.me];
-        match self.lone_mode {
+        let (mode, judge) = match stream {
+            false => (self.lone_mode, &mut self.lone[i]),
+            true => (self.stream_mode, &mut self.streams[i]),
+        };
+        match mode {
             LoneMode::Auto => {
-                let told = self.producers[i].reads();
+                // both judges hear the same reads: what the peer's reads of this
+                // rank's messages take, whichever judge sent them
+                let p = &self.producers[i];
+                let told = p.reads();
                 let top = Lone::class_top(len).unwrap_or(len);
-                let read = self.lone[i].prefers_read(len, || lone::time_read(pid, top), told);
+                let timed = || lone::time_read(pid, top);
+                let read = match stream {
+                    false => judge.prefers_read(len, timed, told),
+                    true => judge.prefers_read_in_stream(len, timed, told, p.copies()),
+                };
                 if !read {
                     // through the ring: the push that follows is timed
                     self.judged = i;
+                    self.judged_stream = stream;
                 }
                 read
             }
@@ -1018,6 +1054,7 @@ impl Transport for ShmTransport {
             let (sender, pid, slot) = (*sender, *pid, *slot);
             i = if i + 1 == n { 0 } else { i + 1 };
             let pulls = &mut self.pulls;
+            let lone = &mut self.lone;
             let popped = ring
                 .pop_record(
                     #[inline(always)]
@@ -1029,10 +1066,12 @@ impl Transport for ShmTransport {
                             f(sender, Incoming::Whole(m));
                             Taken::Message
                         }
-                        (Record::Streamed(st), None) => match streamed(f, sender, pid, st) {
-                            None => Taken::Message,
-                            Some(e) => Taken::Failed(Box::new(e)),
-                        },
+                        (Record::Streamed(st), None) => {
+                            match streamed(f, sender, pid, st, &mut lone[slot]) {
+                                None => Taken::Message,
+                                Some(e) => Taken::Failed(Box::new(e)),
+                            }
+                        }
                         (rec, Some(push)) => pulls.take(rec, push, slot, sender, pid),
                     },
                 )
@@ -1050,8 +1089,8 @@ impl Transport for ShmTransport {
                     self.next = i;
                 }
                 None => idle += 1,
-                // the transport's own record: an ask to serve, data of a pull, or a
-                // chunk of a push
+                // the transport's own record: an ask to serve, data of a pull, a
+                // chunk of a push, or an offer
                 Some(Taken::Own) => {
                     internal += 1;
                     idle = 0;

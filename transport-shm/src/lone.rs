@@ -42,6 +42,27 @@
 //! reads of the peer were told at 1.2-2.5x the same job's timed read); after real
 //! reads chose the ring, where the guess would win.
 //!
+//! # Streams
+//!
+//! A stream's messages (sent while others to the same peer are in flight: `bw`'s
+//! window) are judged too, by a second judge per peer ([`Lone::streams`],
+//! docs/protocol.md rule 20). In a stream the ring's two copies run at once, the
+//! sender's copy in of one message beside the receiver's copy out of another, so the
+//! ring carries it at the pace of the slower copy, not of their sum; and a read's
+//! crossings overlap too. The stream judge therefore weighs the peer's reads against
+//! the more of its own copies in (timed as a lone judge times them) and the peer's
+//! copies out, which the peer times for every streamed record it delivers (from the
+//! record's first bytes seen to the library's return, so a copy that waits for the
+//! copy in counts it) and tells through the ring (`Told::copies`, the lower median of
+//! its last [`KEEP`] per class, [`Lone::copied_out`]). Until the peer has told its
+//! copies out the ring's cost is the copy in alone. Where the CPUs do not share a cache
+//! the copy out is the slow one: on the Intel machine of issue 11's sixty-eighth round
+//! a one-way stream of 32 KiB copied in at ~65 ns per KiB and out at ~85-95, while the
+//! peer's reads took ~65-70, and reading carried `bw` 16-64 KiB at 1.13-1.26x the
+//! ring's rate. Probes, runs of read probes and their counts are the lone judge's;
+//! both judges hear the same told reads. `RSMPI_SHM_STREAM=auto|read|ring` forces
+//! a way as `RSMPI_SHM_LONE` does.
+//!
 //! ```
 //! use transport_shm::{Lone, LONE_CLASSES};
 //!
@@ -94,6 +115,10 @@ pub const LONE_CLASSES: usize = 3;
 /// copies, never pulls through the ring (`crate::pull`), which the judge found
 /// dearer already.
 pub const LONE_TOP: usize = 64 * 1024;
+/// The most a message's protocol header adds to its payload in the ring
+/// (`ring::MAX_CTRL` less the largest eager payload): a message delivered out of the
+/// ring is classed by its length less this.
+pub const HEADER_SLACK: usize = crate::ring::MAX_CTRL - LONE_TOP;
 /// Copy-in times kept per class; their lower median is the ring's estimate
 /// ([`ring_estimate`]).
 pub const KEEP: usize = 8;
@@ -161,21 +186,35 @@ pub enum LoneMode {
 
 /// The environment variable that sets [`LoneMode`]: `auto`, `read` or `ring`.
 pub const ENV_LONE: &str = "RSMPI_SHM_LONE";
+/// The environment variable that sets the same for a stream's messages of 8-64 KiB
+/// ("Streams" in this module's docs).
+pub const ENV_STREAM: &str = "RSMPI_SHM_STREAM";
 
 impl LoneMode {
     /// The mode `RSMPI_SHM_LONE` asks for ([`LoneMode::Auto`] when unset).
     pub fn from_env() -> Result<Self, transport::TransportError> {
-        Self::parse(std::env::var(ENV_LONE).ok().as_deref())
+        Self::from_var(ENV_LONE)
+    }
+
+    /// The mode the environment variable `name` asks for ([`ENV_LONE`],
+    /// [`ENV_STREAM`]; [`LoneMode::Auto`] when unset).
+    pub fn from_var(name: &str) -> Result<Self, transport::TransportError> {
+        Self::parse_var(name, std::env::var(name).ok().as_deref())
     }
 
     /// The mode a value of `RSMPI_SHM_LONE` names (`None`: unset).
     pub fn parse(v: Option<&str>) -> Result<Self, transport::TransportError> {
+        Self::parse_var(ENV_LONE, v)
+    }
+
+    /// The mode a value `v` of the variable `name` names (`None`: unset).
+    pub fn parse_var(name: &str, v: Option<&str>) -> Result<Self, transport::TransportError> {
         match v {
             None | Some("auto") | Some("") => Ok(LoneMode::Auto),
             Some("read") => Ok(LoneMode::Read),
             Some("ring") => Ok(LoneMode::Ring),
             Some(v) => Err(transport::TransportError::Unavailable(format!(
-                "{ENV_LONE}={v:?}: expected auto, read or ring"
+                "{name}={v:?}: expected auto, read or ring"
             ))),
         }
     }
@@ -195,6 +234,12 @@ struct Class {
     reads: [u32; KEEP],
     /// Real reads taken.
     reads_taken: u32,
+    /// This rank's last copies of the peer's large messages out of the ring, ns per
+    /// KiB, as a ring of [`KEEP`] (0 = none yet): their lower median is told to the
+    /// peer's stream judge.
+    copies_out: [u32; KEEP],
+    /// Copies out taken.
+    copies_taken: u32,
     /// Lone messages judged for a read, for the probes.
     asked: u32,
     /// The count of `asked` up to which a run of read probes under way goes on,
@@ -203,10 +248,13 @@ struct Class {
 }
 
 /// The judge of one peer (this module's docs, `transport-shm/src/lone.rs`): a pure state
-/// machine; the transport times the copies and the reads.
+/// machine; the transport times the copies and the reads. [`Lone::default`] judges
+/// lone messages, [`Lone::streams`] a stream's.
 #[derive(Clone, Debug, Default)]
 pub struct Lone {
     classes: [Class; LONE_CLASSES],
+    /// Judging a stream's messages ("Streams" in this module's docs).
+    stream: bool,
 }
 
 /// ns per KiB of `ns` for `len` bytes.
@@ -215,6 +263,16 @@ fn per_kib(ns: u64, len: usize) -> u32 {
 }
 
 impl Lone {
+    /// A judge of a stream's messages: sent while others to the same peer are in
+    /// flight, where the ring's two copies run at once, one on each CPU, and a read
+    /// must beat one of them, not both ("Streams" in this module's docs).
+    pub fn streams() -> Self {
+        Lone {
+            stream: true,
+            ..Lone::default()
+        }
+    }
+
     /// The class of a message of `len` bytes, if it is judged.
     fn class(len: usize) -> Option<usize> {
         if len as u64 <= LONE_READ_ABOVE {
@@ -249,6 +307,25 @@ impl Lone {
         Some((i, least.unwrap_or(0)))
     }
 
+    /// This rank took a message of `len` bytes from the peer out of the ring in `ns`
+    /// (its delivery, from the record's first byte seen to the library's return): its
+    /// class and the lower median of the last [`KEEP`] such (ns per KiB), which the
+    /// transport tells the peer's stream judge (`Told::copies`), if the size is judged.
+    pub fn copied_out(&mut self, len: usize, ns: u64) -> Option<(usize, u32)> {
+        // (`len` counts the protocol's header: a message of a class's top size is
+        // of that class)
+        let i = Self::class(len.saturating_sub(HEADER_SLACK))?;
+        let c = &mut self.classes[i];
+        c.copies_out[c.copies_taken as usize % KEEP] = per_kib(ns, len).max(1);
+        c.copies_taken = c.copies_taken.wrapping_add(1);
+        let told = if c.copies_taken < KEEP as u32 {
+            0
+        } else {
+            ring_estimate(&c.copies_out)
+        };
+        Some((i, told))
+    }
+
     /// Whether a lone message of `len` bytes should be read by the receiver;
     /// `read_ns` times a read of the class's largest size (called once per class, at
     /// its first message);
@@ -259,6 +336,31 @@ impl Lone {
         len: usize,
         read_ns: impl FnOnce() -> u64,
         peer_reads: [u32; LONE_CLASSES],
+    ) -> bool {
+        self.judge(len, read_ns, peer_reads, [0; LONE_CLASSES])
+    }
+
+    /// Whether a stream's message of `len` bytes should be read by the receiver (a
+    /// judge made by [`Lone::streams`]): as [`Lone::prefers_read`], with the ring
+    /// taken to cost the more of this rank's copies in and the peer's copies out,
+    /// `peer_copies` per class (ns per KiB, 0: none yet; [`Lone::copied_out`] at the
+    /// peer): in a stream the two run at once, and the slower sets the pace.
+    pub fn prefers_read_in_stream(
+        &mut self,
+        len: usize,
+        read_ns: impl FnOnce() -> u64,
+        peer_reads: [u32; LONE_CLASSES],
+        peer_copies: [u32; LONE_CLASSES],
+    ) -> bool {
+        self.judge(len, read_ns, peer_reads, peer_copies)
+    }
+
+    fn judge(
+        &mut self,
+        len: usize,
+        read_ns: impl FnOnce() -> u64,
+        peer_reads: [u32; LONE_CLASSES],
+        peer_copies: [u32; LONE_CLASSES],
     ) -> bool {
         let Some(i) = Self::class(len) else {
             // above the classes the protocol sends by rendezvous anyway
@@ -274,11 +376,17 @@ impl Lone {
             // copies are slow, and while reading the ring is measured only by probes)
             return false;
         }
-        let ring = ring_estimate(&c.copy_in);
+        let ring = ring_estimate(&c.copy_in).max(peer_copies[i]);
         let kib = |per: u32| u64::from(per) * len as u64 / 1024;
         let real = Some(peer_reads[i]).filter(|&t| t > 0);
         let guess = c.read.saturating_mul(REMOTE_FACTOR);
-        let wins = |read: u32| 2 * kib(ring) > kib(read) + READ_EXTRA_NS;
+        // lone: the ring's two copies one after the other against the read and its
+        // extra crossings; a stream's: its two copies overlap (`ring` is the slower,
+        // with the peer's copies out), and so do a read's crossings
+        let wins = |read: u32| match self.stream {
+            false => 2 * kib(ring) > kib(read) + READ_EXTRA_NS,
+            true => kib(ring) > kib(read),
+        };
         c.asked = c.asked.wrapping_add(1);
         if !wins(real.unwrap_or(guess)) {
             // the ring; but where a read could still win, a run of READ_PROBE_RUN
@@ -355,7 +463,11 @@ mod tests {
 
     /// A judge whose ring copies of `len` bytes took `ns`, KEEP times.
     fn measured(len: usize, ns: u64) -> Lone {
-        let mut j = Lone::default();
+        measured_as(Lone::default(), len, ns)
+    }
+
+    /// Judge `j` after KEEP ring copies of `len` bytes that took `ns`.
+    fn measured_as(mut j: Lone, len: usize, ns: u64) -> Lone {
         for _ in 0..KEEP {
             j.copied_in(len, ns);
         }
@@ -393,6 +505,14 @@ mod tests {
         assert!(
             e.contains("RSMPI_SHM_LONE") && e.contains("auto, read or ring"),
             "{e}"
+        );
+        let e = LoneMode::parse_var(ENV_STREAM, Some("x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("RSMPI_SHM_STREAM"), "{e}");
+        assert_eq!(
+            LoneMode::parse_var(ENV_STREAM, Some("ring")).unwrap(),
+            LoneMode::Ring
         );
     }
 
@@ -642,5 +762,70 @@ mod tests {
         let probes = answers.iter().filter(|&&r| !r).count();
         assert_eq!(probes, 3);
         assert!(!answers[PROBE_EVERY as usize - 1], "the 32nd is a probe");
+    }
+
+    /// Which of `n` stream messages of 32 KiB in a row judge `j` reads, the peer's
+    /// reads and copies out told.
+    fn stream_reads_of(
+        j: &mut Lone,
+        n: usize,
+        reads: [u32; LONE_CLASSES],
+        copies: [u32; LONE_CLASSES],
+    ) -> Vec<usize> {
+        (0..n)
+            .filter(|_| j.prefers_read_in_stream(32 * 1024, || 1_000, reads, copies))
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_is_read_where_the_slower_copy_of_the_ring_costs_more() {
+        const MID: usize = 1; // the 32 KiB class
+                              // copies in of 50 ns per KiB; the peer's reads 70: the copy in alone does not
+                              // lose to the read, and a lone judge's two copies would
+        let mut j = measured_as(Lone::streams(), 32 * 1024, 50 * 32);
+        let reads = told(MID, 70);
+        let mut lone = measured(32 * 1024, 50 * 32);
+        assert!(lone.prefers_read(32 * 1024, || 1_000, reads));
+        // no copy out told yet: the ring (each CPU's copy cheaper than the read)
+        assert!(stream_reads_of(&mut j, 8, reads, NONE).is_empty());
+        // the peer's copies out take 60: still the ring
+        assert!(stream_reads_of(&mut j, 8, reads, told(MID, 60)).is_empty());
+        // they take 100: the peer's copy sets the stream's pace, and the read wins;
+        // one in PROBE_EVERY still goes through the ring
+        let read = stream_reads_of(&mut j, 2 * PROBE_EVERY as usize, reads, told(MID, 100));
+        assert_eq!(read.len(), 2 * PROBE_EVERY as usize - 2, "{read:?}");
+        // another class's copies say nothing of this one's
+        assert!(stream_reads_of(&mut j, 8, reads, told(TOP, 1_000)).is_empty());
+        // the copies in grow to 120 (the peer's copies out unchanged): the read wins
+        let mut j = measured_as(Lone::streams(), 32 * 1024, 120 * 32);
+        assert!(stream_reads_of(&mut j, 8, reads, NONE).len() >= 7);
+    }
+
+    #[test]
+    fn copies_out_are_told_by_their_lower_median_once_kept() {
+        let mut j = Lone::default();
+        // the protocol's header counts in the length: 32 KiB and its header is of
+        // the 32 KiB class
+        let hdr = 40;
+        for (k, ns) in [900u64, 100, 800, 200, 700, 300, 600]
+            .into_iter()
+            .enumerate()
+        {
+            // ns per KiB of 32 KiB: 32 * x; nothing told before KEEP are taken
+            assert_eq!(j.copied_out(32 * 1024, ns * 32), Some((1, 0)), "copy {k}");
+        }
+        // the eighth: the lower median of 900 800 700 600 500 300 200 100
+        assert_eq!(j.copied_out(32 * 1024, 500 * 32), Some((1, 500)));
+        assert_eq!(j.copied_out(32 * 1024 + hdr, 1_000).map(|c| c.0), Some(1));
+        // (a message is classed by its length less the largest header: one up to
+        // HEADER_SLACK bytes past a class's top may count in it)
+        assert_eq!(
+            j.copied_out(32 * 1024 + HEADER_SLACK + 1, 1_000)
+                .map(|c| c.0),
+            Some(2)
+        );
+        // below the classes and above them: not judged
+        assert_eq!(j.copied_out(8 * 1024 + hdr, 1_000), None);
+        assert_eq!(j.copied_out(LONE_TOP + HEADER_SLACK + 1, 1_000), None);
     }
 }

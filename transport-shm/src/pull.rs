@@ -956,8 +956,9 @@ impl Pulls {
     }
 
     /// An internal record from `from` (ring slot `slot`, whose push claim word is
-    /// `push`): an ask for this rank to serve, data for one of its pulls, or a chunk
-    /// of the peer's push. Out of line and cold: the poll's common
+    /// `push`): an ask for this rank to serve, data for one of its pulls, a chunk of
+    /// the peer's push, or the peer's offer (`crate::push`, "Offers": read here, or
+    /// passed over once the peer wrote it). Out of line and cold: the poll's common
     /// case, a control message, stays as short as it was before pulls.
     #[cold]
     #[inline(never)]

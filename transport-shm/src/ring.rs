@@ -79,7 +79,7 @@ pub const RING_STRIDE: usize = CTRL_BYTES + RING_BYTES;
 /// `"rsmpiSHM"` as a little-endian word: identifies a segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rsmpiSHM");
 /// Layout version; bumped whenever the layout or the record format changes.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 /// Messages of at least this many bytes are **streamed**: the producer publishes the
 /// record when its first [`FRAG`] bytes are written and the rest fragment by fragment
@@ -251,6 +251,10 @@ pub struct Told {
     /// it go the same way while the two read at once (`crate::pull::Reader::follow`);
     /// where the producer leads, its judge learns from the count whether they do.
     pub ways: [AtomicU32; crate::pull::CLASSES],
+    /// What the consumer's copies of the producer's large messages out of the ring
+    /// take, per size class of `crate::lone` (ns per KiB, the lower median of its
+    /// last few; 0: not enough yet), for the producer's stream judge.
+    pub copies: [AtomicU32; crate::LONE_CLASSES],
 }
 
 /// The first bytes of every segment, written by its owner before the first fence.
@@ -761,6 +765,13 @@ impl Producer {
         std::array::from_fn(|c| r[c].load(Ordering::Relaxed))
     }
 
+    /// What the consumer's copies of this producer's large messages out of the ring
+    /// take, per size class (`crate::lone`; ns per KiB, 0: not enough yet).
+    pub fn copies(&self) -> [u32; crate::LONE_CLASSES] {
+        let r = &self.mem.ctrl().told.copies;
+        std::array::from_fn(|c| r[c].load(Ordering::Relaxed))
+    }
+
     /// The consumer's word for its latest large read of this producer's memory in
     /// size class `class` of `crate::pull` (`Told::ways`).
     pub fn way(&self, class: usize) -> u32 {
@@ -996,6 +1007,12 @@ impl Stream<'_> {
     /// Length of the whole message.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The words in which the ring's consumer tells the producer what its copies of
+    /// the producer's large messages out of the ring take (`Told::copies`).
+    pub fn told_copies(&self) -> &[AtomicU32; crate::LONE_CLASSES] {
+        &self.mem.ctrl().told.copies
     }
 
     /// How many of the message's bytes (from its start) are there now.

@@ -120,7 +120,8 @@ pub struct Caps {
     /// is in flight to its destination (a ping-pong's message, not a stream's), is
     /// cheaper read once by its receiver with [`Transport::get`] than copied into the
     /// channel and out again, even under the protocol's eager limit. `u64::MAX` =
-    /// never (transports that have not measured it).
+    /// never (transports that have not measured it). A stream's message above it is
+    /// read where [`Transport::prefers_read`] advises it, asked with `stream` set.
     pub lone_read_above: u64,
     /// A message of more than this many bytes, sent while the peer's own large sends
     /// keep arriving (traffic crossing both ways), is cheaper read once by its
@@ -286,9 +287,15 @@ pub trait Transport {
     /// once per such send; a transport that measures both ways per peer answers from
     /// its measurements (and may answer `false` now and then to measure the channel
     /// again). The default follows `Caps::lone_read_above` alone.
-    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
+    ///
+    /// With `stream` set the question is a stream's message's instead (above
+    /// [`Caps::lone_read_above`] too, sent while others of this rank's are in flight
+    /// to `peer`): whether one read by the receiver carries a stream faster than the
+    /// channel, whose two copies then run at once, one on each side. The default
+    /// says no: the channel.
+    fn prefers_read(&mut self, peer: Rank, len: usize, stream: bool) -> bool {
         let _ = (peer, len);
-        true
+        !stream
     }
 
     /// Finishes this rank's traffic before the job ends (`MPI_Finalize`, after its

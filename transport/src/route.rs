@@ -214,8 +214,9 @@ impl Transport for Routed {
         self.part(peer)?.get(peer, dst, src, offset, token)
     }
 
-    fn prefers_read(&mut self, peer: Rank, len: usize) -> bool {
-        self.part(peer).is_ok_and(|p| p.prefers_read(peer, len))
+    fn prefers_read(&mut self, peer: Rank, len: usize, stream: bool) -> bool {
+        self.part(peer)
+            .is_ok_and(|p| p.prefers_read(peer, len, stream))
     }
 
     fn poll_done(

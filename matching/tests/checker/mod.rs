@@ -618,7 +618,8 @@ impl Step<'_> {
                 let cfg = &self.p.cfg;
                 let stages = cfg.protocol == RecvProtocol::Get
                     || cfg.lone_read_above < cfg.eager_limit
-                    || cfg.cross_read_above < cfg.eager_limit;
+                    || cfg.cross_read_above < cfg.eager_limit
+                    || cfg.stream_read_above < cfg.eager_limit;
                 let online = !stages && !self.p.has_cancel();
                 if self.w.sres[g] == SRes::Cancelled {
                     self.v(
@@ -733,7 +734,7 @@ impl Step<'_> {
                             ctx: 0,
                             len,
                             mode,
-                            read_if_lone: true,
+                            read_advised: true,
                             buf,
                         };
                         self.w.sres[g] = SRes::Pending;
