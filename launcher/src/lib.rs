@@ -143,6 +143,7 @@
 // `PMI_FD` (`pmi::adopt_fd`), an FFI boundary.
 #![deny(unsafe_code)]
 
+mod bind;
 mod boot;
 pub mod netns;
 mod pmi;
@@ -150,6 +151,7 @@ mod proto;
 mod run;
 mod server;
 
+pub use bind::Bind;
 pub use boot::Boot;
 pub use pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 pub use run::{

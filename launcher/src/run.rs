@@ -23,6 +23,7 @@ macro_rules! report {
 
 use rustix::process::{kill_process, Pid, Signal};
 
+use crate::bind::{spawning_on, Bind};
 use crate::pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 use crate::proto;
 use crate::server::Server;
@@ -89,6 +90,11 @@ pub struct Job {
     /// service over TCP (`PMI_PORT`). Needed with `hosts`; without `hosts`, the ranks
     /// of this node use it too instead of an inherited socket (`PMI_FD`).
     pub kvs_addr: Option<std::net::IpAddr>,
+    /// How the ranks are bound to CPUs, out of those this process may use (default
+    /// [`Bind::None`]; rsmpirun's is [`Bind::Block`]). The ranks placed on hosts
+    /// (network namespaces of this machine) share its CPUs, and are bound among all
+    /// the job's ranks alike.
+    pub bind: Bind,
 }
 
 /// One host of a job: a network namespace of this machine and how many ranks it takes
@@ -183,6 +189,7 @@ impl Job {
             env: Vec::new(),
             hosts: Vec::new(),
             kvs_addr: None,
+            bind: Bind::None,
         }
     }
 }
@@ -447,6 +454,11 @@ pub fn run(job: &Job) -> Result<i32, LaunchError> {
             "--kvs-addr {ip}: give an address the ranks can reach, not a wildcard"
         )));
     }
+    // each rank's CPUs, out of this thread's (`bind`)
+    let cpus = match job.bind {
+        Bind::None => None,
+        b => b.plan(job.size, &crate::bind::own_cpus()?),
+    };
     let signals = SignalGuard::install(job.forward_signals)?;
 
     let tag: [u8; 4] = proto::random_bytes().map_err(io_err("reading /dev/urandom"))?;
@@ -495,7 +507,16 @@ pub fn run(job: &Job) -> Result<i32, LaunchError> {
             }),
             None => local_pmi(&server, rank),
         };
-        match pmi.and_then(|pmi| spawn_rank(job, rank, host, &job_id, pmi)) {
+        match pmi.and_then(|pmi| {
+            spawn_rank(
+                job,
+                rank,
+                host,
+                &job_id,
+                pmi,
+                cpus.as_ref().map(|c| &c[rank as usize][..]),
+            )
+        }) {
             Ok(mut child) => {
                 if job.prefix_output {
                     if let Some(out) = child.stdout.take() {
@@ -609,6 +630,7 @@ fn spawn_rank(
     netns: Option<&str>,
     job_id: &str,
     pmi: RankPmi,
+    cpus: Option<&[usize]>,
 ) -> io::Result<Child> {
     let mut cmd = match netns {
         // `ip netns exec` enters the namespace and execs the program (no fork), so
@@ -654,11 +676,11 @@ fn spawn_rank(
             // inherited by this rank only: close-on-exec again once it is spawned (by
             // closing this process's copy)
             rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::empty())?;
-            let child = cmd.spawn();
+            let child = spawning_on(cpus, || cmd.spawn());
             drop(fd);
             child
         }
-        RankPmi::Port { .. } => cmd.spawn(),
+        RankPmi::Port { .. } => spawning_on(cpus, || cmd.spawn()),
     }
 }
 

@@ -683,3 +683,92 @@ fn bad_arguments_are_refused() {
     assert_eq!(rsmpirun(&["-n", "0", PROG, "kvs"]).status.code(), Some(2));
     assert_eq!(rsmpirun(&["-n", "2"]).status.code(), Some(2));
 }
+
+/// The CPUs this process may run on, in order.
+fn own_cpus() -> Vec<usize> {
+    let set = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .collect()
+}
+
+/// The CPUs each rank of a `cpus` job said it may run on, by rank.
+fn cpus_of_ranks(out: &Out, ranks: usize) -> Vec<Vec<usize>> {
+    assert!(out.status.success(), "{}", out.stderr);
+    let mut seen = vec![None; ranks];
+    for line in out.stdout.lines() {
+        let rest = line.strip_prefix("rank ").expect(line);
+        let (r, cpus) = rest.split_once(" cpus ").expect(line);
+        let cpus: Vec<usize> = cpus.split(',').map(|c| c.parse().unwrap()).collect();
+        seen[r.parse::<usize>().unwrap()] = Some(cpus);
+    }
+    seen.into_iter()
+        .enumerate()
+        .map(|(r, c)| c.unwrap_or_else(|| panic!("rank {r} said nothing: {}", out.stdout)))
+        .collect()
+}
+
+#[test]
+fn ranks_are_bound_to_cpus_of_their_own() {
+    let cpus = own_cpus();
+    let k = cpus.len();
+    let all = |n: usize| vec![cpus.clone(); n];
+    if k >= 2 {
+        // the default: the CPUs cut into a block per rank
+        let out = rsmpirun(&["-n", "2", PROG, "cpus"]);
+        assert_eq!(
+            cpus_of_ranks(&out, 2),
+            [cpus[..k / 2].to_vec(), cpus[k / 2..].to_vec()]
+        );
+        let out = rsmpirun(&["--bind-to", "block", "-n", "2", PROG, "cpus"]);
+        assert_eq!(
+            cpus_of_ranks(&out, 2),
+            [cpus[..k / 2].to_vec(), cpus[k / 2..].to_vec()]
+        );
+        let out = rsmpirun(&["--bind-to", "core", "-n", "2", PROG, "cpus"]);
+        assert_eq!(cpus_of_ranks(&out, 2), [vec![cpus[0]], vec![cpus[1]]]);
+    }
+    // as many ranks as CPUs: one each, either way
+    let n = k.to_string();
+    let one_each: Vec<Vec<usize>> = cpus.iter().map(|&c| vec![c]).collect();
+    assert_eq!(
+        cpus_of_ranks(&rsmpirun(&["-n", &n, PROG, "cpus"]), k),
+        one_each
+    );
+    // not bound: asked so, or more ranks than CPUs
+    let out = rsmpirun(&["--bind-to", "none", "-n", "2", PROG, "cpus"]);
+    assert_eq!(cpus_of_ranks(&out, 2), all(2));
+    let n = (k + 1).to_string();
+    assert_eq!(
+        cpus_of_ranks(&rsmpirun(&["-n", &n, PROG, "cpus"]), k + 1),
+        all(k + 1)
+    );
+    // out of the launcher's own CPUs (here set by taskset)
+    let last = cpus[k - 1].to_string();
+    let under_taskset = |n: &str| {
+        let t = Instant::now();
+        let child = Command::new("taskset")
+            .args(["-c", &last, RUN, "-n", n, PROG, "cpus"])
+            .env_remove("RSMPI_RANK")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("taskset (util-linux)");
+        finish(child, t)
+    };
+    let only = vec![cpus[k - 1]];
+    assert_eq!(
+        cpus_of_ranks(&under_taskset("1"), 1),
+        std::slice::from_ref(&only)
+    );
+    assert_eq!(cpus_of_ranks(&under_taskset("2"), 2), [only.clone(), only]);
+    // a binding that does not exist
+    let out = rsmpirun(&["--bind-to", "socket", "-n", "1", PROG, "cpus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.contains("expected block, core or none"),
+        "{}",
+        out.stderr
+    );
+}

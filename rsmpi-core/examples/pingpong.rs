@@ -25,6 +25,8 @@ fn main() {
         let exe = std::env::current_exe().expect("own path");
         let mut job = launcher::Job::new(2, exe, std::env::args_os().skip(1));
         job.timeout = Some(std::time::Duration::from_secs(600));
+        // each rank on CPUs of its own, as under rsmpirun
+        job.bind = launcher::Bind::Block;
         if let Ok(t) = std::env::var("RSMPI_TRANSPORT") {
             job.transport = t;
         }

@@ -1,4 +1,4 @@
-//! `rsmpirun -n N [--prefix] [--transport auto|shm|verbs|ofi] [--hosts LIST --kvs-addr ADDR] [--timeout SECS] [--] program args…`
+//! `rsmpirun -n N [--prefix] [--transport auto|shm|verbs|ofi] [--hosts LIST --kvs-addr ADDR] [--timeout SECS] [--bind-to block|core|none] [--] program args…`
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -36,6 +36,11 @@ struct Args {
     /// Kill the whole job after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+    /// Bind the ranks to CPUs, out of those rsmpirun may use: block (the CPUs cut into
+    /// one equal block per rank, in order), core (rank r to the r-th CPU) or none.
+    /// Ranks are not bound when there are more of them than CPUs.
+    #[arg(long, value_name = "HOW", default_value = "block")]
+    bind_to: String,
     /// The program to run and its arguments.
     #[arg(
         required = true,
@@ -61,6 +66,13 @@ fn main() {
         })
         .unwrap_or_else(|| "auto".into());
     job.kvs_addr = args.kvs_addr;
+    job.bind = match launcher::Bind::parse(&args.bind_to) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rsmpirun: {e}");
+            std::process::exit(2);
+        }
+    };
     if let Some(list) = &args.hosts {
         match launcher::Host::parse_list(list) {
             Ok(h) => job.hosts = h,

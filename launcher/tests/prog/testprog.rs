@@ -22,6 +22,7 @@
 //!   fences and exits 0.
 //! * `stdin` — every rank reads its standard input to the end, fences, and prints
 //!   `rank R read: TEXT` (TEXT trimmed).
+//! * `cpus` — prints `rank R cpus C0,C1,…`: the CPUs it may run on.
 //! * `raw` — (under `rsmpirun --kvs-addr`) speaks PMI-1 by hand over `PMI_PORT` and
 //!   checks every answer of the server, malformed requests, refused connections;
 //!   prints `rank R raw ok`.
@@ -39,6 +40,15 @@ fn main() {
         Some("kvs") => {
             let mut b = Boot::init().expect("boot");
             kvs_check(&mut b);
+        }
+        Some("cpus") => {
+            let r = std::env::var("RSMPI_RANK").unwrap_or_default();
+            let set = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
+            let cpus: Vec<String> = (0..rustix::thread::CpuSet::MAX_CPU)
+                .filter(|&c| set.is_set(c))
+                .map(|c| c.to_string())
+                .collect();
+            println!("rank {r} cpus {}", cpus.join(","));
         }
         Some("echo") => {
             let r = std::env::var("RSMPI_RANK").unwrap_or_default();
