@@ -101,7 +101,9 @@ pub(crate) fn spawning_on<T>(
     }
     sched_setaffinity(None, &set)?;
     let out = spawn();
-    sched_setaffinity(None, &own)?;
+    // back to the CPUs it had a moment ago (no failure is expected, and a spawned
+    // rank must not be lost to one: it would run on, unsupervised)
+    let _ = sched_setaffinity(None, &own);
     out
 }
 
