@@ -233,8 +233,7 @@ const SEEN: usize = 256;
 /// remembers, so that a program taking turns among up to that many buffers has
 /// written each once by then, and one that uses more (or never reuses one) is judged
 /// on what its transfers cost rather than not at all. Until then, with no sample
-/// either way, large reads take turns between the two ways (a pull each until issue
-/// 11's sixty-ninth round, when the trials' turns went by the transfers sent).
+/// either way, a large read is a pull.
 pub const COLD_AFTER: u64 = SEEN as u64;
 
 /// What the two ways of moving a large transfer have cost per byte for transfers of
@@ -257,11 +256,6 @@ struct Choice {
     /// A run was cut short because its way was [`FAR`] behind: the early
     /// explorations (powers of two) are left out from then on.
     settled: bool,
-    /// Transfers sent each way (through the ring, by CMA) while the trials were on
-    /// (either way short of [`WINDOW`] samples): the trials take turns by these,
-    /// not by the samples, which come back only as the transfers end.
-    tried_ring: u32,
-    tried_cma: u32,
 }
 
 impl Choice {
@@ -290,9 +284,7 @@ pub(crate) struct Ways {
 
 impl Ways {
     /// Whether the next transfer of `len` bytes should go through the ring: the first
-    /// transfers try each way in turn (by the transfers sent each way, not by the
-    /// samples back, which a burst of transfers made at once has none of yet) until
-    /// each way has [`WINDOW`] samples, then the way that has cost less per byte is
+    /// transfers try each way in turn, then the way that has cost less per byte is
     /// taken (the ring only below `margin` of CMA), except for the 16th to 256th
     /// transfer and one in [`EXPLORE`], which go the other way. Each size class (a
     /// power of two) is judged on its own.
@@ -323,19 +315,7 @@ impl Ways {
         let n = c.count;
         let run = u64::from(run.max(1));
         let ring = if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
-            // the trials take turns by the transfers sent each way: in a burst (a
-            // window of receives, each read as its message arrives) every choice is
-            // made before the first pull's sample is back, and turns taken by the
-            // samples sent the whole burst through the ring (a `bibw` window of 64
-            // pulls at 1.6-2x a single copy's cost in the far state)
-            let ring = c.tried_ring <= c.tried_cma;
-            let tried = if ring {
-                &mut c.tried_ring
-            } else {
-                &mut c.tried_cma
-            };
-            *tried = tried.saturating_add(run as u32);
-            ring
+            p.samples <= r.samples
         } else {
             let ring_wins = p.best() < margin * r.best();
             if run == 1 && !c.settled {
@@ -1080,43 +1060,6 @@ mod tests {
         // close costs: the single copy is kept unless pulls save a quarter
         let (_, pulls) = reader_with(70, 80, 8 + 1024);
         assert_eq!(pulls, 4 + 5 + 2);
-    }
-
-    #[test]
-    fn trials_in_a_burst_take_turns() {
-        // a window of 64 receives read as their messages arrive: every choice is
-        // made before a pull's sample is back (a read's is back at once)
-        let mut r = Reader::default();
-        let burst: Vec<bool> = (0..64)
-            .map(|_| {
-                let p = r.prefers_pull(1 << 20);
-                if !p {
-                    r.read_took(1 << 20, Duration::from_micros(80), true);
-                }
-                p
-            })
-            .collect();
-        assert_eq!(
-            burst,
-            [true, false].repeat(32),
-            "half of the burst each way"
-        );
-        // the pulls' samples come back (dearer): the next burst is read
-        for _ in 0..32 {
-            r.pulled_took(1 << 20, Duration::from_micros(150));
-        }
-        assert!((0..14).all(|_| !r.prefers_pull(1 << 20)));
-        // with runs (the pair's leader while both read at once), the turns are runs
-        let mut w = Ways::default();
-        let runs: Vec<bool> = (0..4 * RUN)
-            .map(|_| w.prefers_ring(1 << 20, MARGIN, RUN))
-            .collect();
-        let want: Vec<bool> = [true, false]
-            .repeat(2)
-            .into_iter()
-            .flat_map(|way| std::iter::repeat_n(way, RUN as usize))
-            .collect();
-        assert_eq!(runs, want);
     }
 
     #[test]
