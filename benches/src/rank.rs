@@ -92,12 +92,9 @@ pub fn coll_sizes(bench: &str, min: usize, max: usize) -> Vec<usize> {
 /// Pins the calling process to one CPU (rank modulo the CPUs it may use), as
 /// `mpirun --bind-to core` does; does nothing when there are more ranks than CPUs.
 pub fn pin(rank: usize, nranks: usize) {
-    let Ok(set) = rustix::thread::sched_getaffinity(None) else {
+    let Ok(cpus) = launcher::own_cpus() else {
         return;
     };
-    let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&c| set.is_set(c))
-        .collect();
     if cpus.is_empty() || nranks > cpus.len() {
         return;
     }

@@ -75,12 +75,9 @@ impl Bind {
     }
 }
 
-/// The CPUs the calling thread may run on, in order.
-pub(crate) fn own_cpus() -> Result<Vec<usize>, LaunchError> {
-    let set = sched_getaffinity(None).map_err(|e| LaunchError::Io {
-        what: "sched_getaffinity".into(),
-        source: e.into(),
-    })?;
+/// The CPUs the calling thread may run on, in order (its affinity mask as a list).
+pub fn own_cpus() -> std::io::Result<Vec<usize>> {
+    let set = sched_getaffinity(None)?;
     Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
 }
 

@@ -151,7 +151,7 @@ mod proto;
 mod run;
 mod server;
 
-pub use bind::Bind;
+pub use bind::{own_cpus, Bind};
 pub use boot::Boot;
 pub use pmi::{ENV_PMI_FD, ENV_PMI_ID, ENV_PMI_PORT, ENV_PMI_RANK, ENV_PMI_SIZE};
 pub use run::{

@@ -457,7 +457,10 @@ pub fn run(job: &Job) -> Result<i32, LaunchError> {
     // each rank's CPUs, out of this thread's (`bind`)
     let cpus = match job.bind {
         Bind::None => None,
-        b => b.plan(job.size, &crate::bind::own_cpus()?),
+        b => b.plan(
+            job.size,
+            &crate::bind::own_cpus().map_err(io_err("sched_getaffinity"))?,
+        ),
     };
     let signals = SignalGuard::install(job.forward_signals)?;
 

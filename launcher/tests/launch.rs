@@ -684,14 +684,6 @@ fn bad_arguments_are_refused() {
     assert_eq!(rsmpirun(&["-n", "2"]).status.code(), Some(2));
 }
 
-/// The CPUs this process may run on, in order.
-fn own_cpus() -> Vec<usize> {
-    let set = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
-    (0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&c| set.is_set(c))
-        .collect()
-}
-
 /// The CPUs each rank of a `cpus` job said it may run on, by rank.
 fn cpus_of_ranks(out: &Out, ranks: usize) -> Vec<Vec<usize>> {
     assert!(out.status.success(), "{}", out.stderr);
@@ -710,7 +702,7 @@ fn cpus_of_ranks(out: &Out, ranks: usize) -> Vec<Vec<usize>> {
 
 #[test]
 fn ranks_are_bound_to_cpus_of_their_own() {
-    let cpus = own_cpus();
+    let cpus = launcher::own_cpus().expect("sched_getaffinity");
     let k = cpus.len();
     let all = |n: usize| vec![cpus.clone(); n];
     if k >= 2 {

@@ -43,9 +43,9 @@ fn main() {
         }
         Some("cpus") => {
             let r = std::env::var("RSMPI_RANK").unwrap_or_default();
-            let set = rustix::thread::sched_getaffinity(None).expect("sched_getaffinity");
-            let cpus: Vec<String> = (0..rustix::thread::CpuSet::MAX_CPU)
-                .filter(|&c| set.is_set(c))
+            let cpus: Vec<String> = launcher::own_cpus()
+                .expect("sched_getaffinity")
+                .iter()
                 .map(|c| c.to_string())
                 .collect();
             println!("rank {r} cpus {}", cpus.join(","));
