@@ -1,5 +1,6 @@
 //! Cross-memory attach: `process_vm_writev` / `process_vm_readv` through the `libc`
-//! crate (rustix does not wrap them). This is the crate's only FFI.
+//! crate (rustix does not wrap them). This and `pull::resident` (`mincore`) are the
+//! crate's only FFI.
 //!
 //! Both functions move bytes between a local slice and an address range in another
 //! process (or this one). The kernel checks the remote range against the target's

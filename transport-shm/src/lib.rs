@@ -1196,9 +1196,9 @@ impl Transport for ShmTransport {
         let inbound = &self.inbound[i - usize::from(i > self.me)].ring;
         let warm = inbound.lapped();
         let reader = &mut self.pulls.readers[i];
-        // a first write into its destination is not timed for the judgement at
-        // first (`Reader::times`): mapping its pages is most of its time
-        let mut timed = reader.times(dst.as_ptr(), dst.len());
+        // whether the read is the own judge's to time (a follower's made the
+        // leader's way is not)
+        let mut own = true;
         let pull = match self.read_mode {
             // measured, from PULL_FROM on: reads of up to the largest lone message
             // are judged too (until issue 11's forty-second round they were never
@@ -1214,8 +1214,8 @@ impl Transport for ShmTransport {
                 let (pull, word) = if self.me < i {
                     reader.lead(dst.len(), peer)
                 } else {
-                    let (pull, own, word) = reader.follow(dst.len(), peer);
-                    timed &= own;
+                    let (pull, mine, word) = reader.follow(dst.len(), peer);
+                    own = mine;
                     (pull, word)
                 };
                 inbound.ways()[c].store(word, std::sync::atomic::Ordering::Relaxed);
@@ -1224,6 +1224,9 @@ impl Transport for ShmTransport {
             ReadMode::Pull => true,
             ReadMode::Cma => false,
         };
+        // a trial or exploration that writes into pages not yet mapped is not
+        // timed (`Reader::times`): mapping them is most of its time
+        let timed = own && reader.times(dst);
         let judged = warm && timed;
         if pull && reader.ask(&mut self.producers[i], dst, addr, token, judged) {
             self.pulls.reading = true;

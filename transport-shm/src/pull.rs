@@ -225,16 +225,12 @@ pub const EXPLORE: u64 = 512;
 /// round: each was a pull at 3–4x a single copy's time in a 2-rank bcast of 64
 /// KiB–1 MiB; `docs/performance.md`, "Larger records look at the head").
 pub const FAR: f64 = 2.0;
-/// Destinations (their first page) a reader remembers, per peer, to tell a first
-/// write into a buffer from a later one ([`Reader::fresh`]).
-const SEEN: usize = 256;
-/// Transfers of a size class after which one into a destination this reader has not
-/// written before is timed like any other ([`Reader::fresh`]): as many as it
-/// remembers, so that a program taking turns among up to that many buffers has
-/// written each once by then, and one that uses more (or never reuses one) is judged
-/// on what its transfers cost rather than not at all. Until then, with no sample
-/// either way, a large read is a pull.
-pub const COLD_AFTER: u64 = SEEN as u64;
+/// Transfers of a size class after which every transfer is timed, its destination
+/// mapped or not ([`Reader::times`]): a program that never writes into the same
+/// memory twice (each message into pages not yet mapped) is judged on what its
+/// transfers cost rather than not at all. Until the first samples, with none either
+/// way, a large read is a pull.
+pub const COLD_AFTER: u64 = 256;
 
 /// What the two ways of moving a large transfer have cost per byte for transfers of
 /// one size class (through the ring, or one CMA call), and how many such transfers
@@ -256,6 +252,9 @@ struct Choice {
     /// A run was cut short because its way was [`FAR`] behind: the early
     /// explorations (powers of two) are left out from then on.
     settled: bool,
+    /// The way of the last choice is tried: a trial (either way has fewer than
+    /// [`WINDOW`] samples) or an exploration ([`Ways::probes`]).
+    probe: bool,
 }
 
 impl Choice {
@@ -314,8 +313,8 @@ impl Ways {
         let (p, r) = (c.ring, c.cma);
         let n = c.count;
         let run = u64::from(run.max(1));
-        let ring = if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
-            p.samples <= r.samples
+        let (ring, probe) = if p.samples < WINDOW as u32 || r.samples < WINDOW as u32 {
+            (p.samples <= r.samples, true)
         } else {
             let ring_wins = p.best() < margin * r.best();
             if run == 1 && !c.settled {
@@ -331,11 +330,12 @@ impl Ways {
             let settled = c.settled;
             let explore = (n.max(c.explore_from)..n + run)
                 .any(|n| n % EXPLORE == 0 || (!settled && n.is_power_of_two()));
-            ring_wins != explore
+            (ring_wins != explore, explore)
         };
         c.stick = (run - 1) as u32;
         c.explore_from = n + run;
         c.last = ring;
+        c.probe = probe;
         c.run_from = if ring { p.samples } else { r.samples };
         ring
     }
@@ -350,14 +350,41 @@ impl Ways {
         self.choices[class(bytes)].cma.add(bytes, took);
     }
 
-    /// Whether a transfer of `bytes` into a destination not written before should be
-    /// timed: only after [`COLD_AFTER`] transfers of its class. Its pages are mapped
-    /// by the transfer itself (~0.4 µs a KiB here, more than either way's copy), so
-    /// its time says nothing about the way; and in a benchmark's first window every
-    /// destination is such, while the judge's first samples are taken.
-    pub(crate) fn times_cold(&self, bytes: usize) -> bool {
-        self.choices[class(bytes)].count > COLD_AFTER
+    /// Whether the time of the transfer of `bytes` just chosen is to be kept only if
+    /// it met no page fault ([`Reader::times`]): the choice is a trial or an
+    /// exploration, and the class has had no more than [`COLD_AFTER`] transfers.
+    /// The way that wins is judged by the best of its last [`WINDOW`] samples, taken
+    /// all the time, so a cold one among them does not decide; but a tried way's few
+    /// samples stand until its next trial, and one taken cold (a destination's pages
+    /// mapped by the transfer itself, ~0.4 µs a KiB here, more than either way's copy)
+    /// could settle the judgement the wrong way for hundreds of transfers.
+    pub(crate) fn probes(&self, bytes: usize) -> bool {
+        let c = &self.choices[class(bytes)];
+        c.probe && c.count <= COLD_AFTER
     }
+}
+
+/// Whether every page of `buf` is mapped in this process (`mincore`), so that writing
+/// it takes no page fault. False where the call fails.
+pub fn resident(buf: &[u8]) -> bool {
+    let page = rustix::param::page_size();
+    let end = buf.as_ptr() as usize + buf.len();
+    let mut at = buf.as_ptr() as usize & !(page - 1);
+    let mut pages = [0u8; 256];
+    while at < end {
+        let len = (end - at).min(pages.len() * page);
+        // SAFETY: `mincore` reads no memory and writes one byte per page of
+        // `at..at + len` into `pages`: `len.div_ceil(page)` bytes, no more than its
+        // length. `at` is page-aligned, as the call requires; the range lies in the
+        // pages that hold `buf`, a live borrow, so they are mapped (were one not,
+        // the call would fail with ENOMEM, writing nothing).
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, len, pages.as_mut_ptr()) };
+        if rc != 0 || pages[..len.div_ceil(page)].iter().any(|p| p & 1 == 0) {
+            return false;
+        }
+        at += len;
+    }
+    true
 }
 
 /// Size classes: one per power of two from [`PULL_FROM`], the last for everything
@@ -432,9 +459,6 @@ pub struct Reader {
     /// The claim word at the last sign of progress, and when that was.
     seen: u64,
     since: Instant,
-    /// The first pages of the destinations of recent large reads, by a hash of the
-    /// address ([`SEEN`] slots, allocated at the first such read).
-    dsts: Vec<usize>,
     /// Per size class: this reader's large reads from the peer (the count in its
     /// [`crate::ring::Told::ways`] words).
     told_reads: [u32; CLASSES],
@@ -456,7 +480,6 @@ impl Default for Reader {
             moved: false,
             seen: 0,
             since: Instant::now(),
-            dsts: Vec::new(),
             told_reads: [0; CLASSES],
             peer: [PeerReads::default(); CLASSES],
         }
@@ -575,23 +598,21 @@ impl Reader {
         self.in_reads += took;
     }
 
-    /// Whether `dst` is a destination this reader has not written recently (its first
-    /// page, among the last [`SEEN`] by a hash of the address; a slot taken by
-    /// another destination forgets the one before), and remembers it.
-    pub fn fresh(&mut self, dst: *const u8) -> bool {
-        if self.dsts.is_empty() {
-            self.dsts = vec![0; SEEN];
-        }
-        let page = (dst as usize >> 12) | 1 << (usize::BITS - 1);
-        let slot = &mut self.dsts[(page ^ page >> 8 ^ page >> 16) % SEEN];
-        std::mem::replace(slot, page) != page
-    }
-
-    /// Whether a large read of `len` bytes into `dst` is timed for the judgement:
-    /// not a first write into `dst` ([`Reader::fresh`]), unless its class has had
-    /// [`COLD_AFTER`] transfers ([`Ways::times_cold`]).
-    pub fn times(&mut self, dst: *const u8, len: usize) -> bool {
-        !self.fresh(dst) || self.ways.times_cold(len)
+    /// Whether the large read into `dst` just chosen ([`Reader::prefers_pull`],
+    /// [`Reader::lead`], [`Reader::follow`]) is timed for the judgement: unless it
+    /// is a trial or an exploration ([`Ways::probes`]), always; if it is, only when
+    /// every page of `dst` is mapped already ([`resident`]), so that the time is the
+    /// way's and not the page faults'. The check is a system call (~0.3 µs here),
+    /// made for the few transfers that try a way.
+    ///
+    /// Until issue 11's seventieth round a reader told a first write by the
+    /// destination's address (its first page, among the last 256 seen), and timed
+    /// any destination seen before; but a benchmark that frees each size's buffers
+    /// gets the next size's mapped anew at the same addresses, so its first window,
+    /// where the trials are made, was timed at page-fault speed
+    /// (`docs/performance.md`, "Cold trials told by the pages mapped").
+    pub fn times(&mut self, dst: &[u8]) -> bool {
+        !self.ways.probes(dst.len()) || resident(dst)
     }
 
     /// A pull of `bytes` took `took` from the start of its service to its end.
@@ -1007,12 +1028,6 @@ impl Pulls {
 mod tests {
     use super::*;
 
-    /// An address on a page of its own, for `fresh` and `times` (never
-    /// dereferenced).
-    fn page(at: usize) -> *const u8 {
-        at as *const u8
-    }
-
     fn reader_with(pull_us: u64, read_us: u64, rounds: usize) -> (Reader, usize) {
         let mut r = Reader::default();
         let mut pulls = 0;
@@ -1082,7 +1097,8 @@ mod tests {
         };
         let claim = AtomicU64::new(0);
         let mut tokens = Vec::new();
-        // pulls not judged (a ring not yet lapped, or a fresh destination) are
+        // pulls not judged (a ring not yet lapped, or a trial into pages not yet
+        // mapped) are
         // reported, and leave the judgement as it was
         for k in 1..=WINDOW as u32 {
             r.pulls.push_back(finished(k, false));
@@ -1147,35 +1163,80 @@ mod tests {
         assert!(r.prefers_pull(4 << 20));
     }
 
+    /// `len` bytes of fresh anonymous memory, none of its pages mapped yet.
+    fn unmapped(len: usize) -> memmap2::MmapMut {
+        memmap2::MmapMut::map_anon(len).expect("anonymous map")
+    }
+
     #[test]
-    fn a_first_write_into_a_destination_is_not_timed_at_first() {
+    fn residency_is_told_page_by_page() {
+        let mut m = unmapped(4 * 4096);
+        assert!(!resident(&m), "nothing written yet");
+        m[4096 + 10] = 1;
+        assert!(resident(&m[4096..2 * 4096]), "the page written");
+        assert!(resident(&m[4096 + 100..4096 + 200]), "inside it, unaligned");
+        assert!(!resident(&m[4096..2 * 4096 + 1]), "one byte into the next");
+        assert!(!resident(&m[..2 * 4096]), "the page before");
+        m.fill(1);
+        assert!(resident(&m));
+        // more pages than one call's vector holds: the last one told too
+        let mut big = unmapped(2 << 20);
+        big[..(2 << 20) - 4096].fill(1);
+        assert!(!resident(&big));
+        big[(2 << 20) - 1] = 1;
+        assert!(resident(&big));
+        // `vec![0; n]` of a large n is calloc'ed: mapped at its first write
+        let zeros = vec![0u8; 1 << 20];
+        assert!(!resident(&zeros[4096..]));
+    }
+
+    #[test]
+    fn a_tried_way_is_timed_only_into_mapped_pages() {
+        const LEN: usize = 1 << 20;
         let mut r = Reader::default();
-        let bufs = vec![0u8; 3 * 4096];
-        let (a, b) = (bufs.as_ptr(), bufs.as_ptr().wrapping_add(2 * 4096));
-        // a destination is fresh once, then known; another is fresh in turn
-        assert!(r.fresh(a));
-        assert!(!r.fresh(a));
-        assert!(!r.fresh(a.wrapping_add(100)), "same first page");
-        assert!(r.fresh(b));
-        assert!(!r.fresh(a) && !r.fresh(b));
-        // so a fresh one is not timed until the class has had COLD_AFTER transfers
-        let c = page(0x7000_0000);
-        assert!(!r.times(c, 1 << 20));
-        assert!(r.times(c, 1 << 20), "written before");
-        for _ in 0..COLD_AFTER {
-            r.prefers_pull(1 << 20);
+        let warm = vec![1u8; LEN];
+        let cold = unmapped(LEN);
+        // the trials: timed only into mapped pages
+        let mut tried = 0;
+        while tried < 2 * WINDOW {
+            let pull = r.prefers_pull(LEN);
+            assert!(!r.times(&cold), "trial {tried} into unmapped pages");
+            assert!(r.times(&warm), "trial {tried} into mapped ones");
+            if pull {
+                r.pulled_took(LEN, Duration::from_micros(30));
+            } else {
+                r.read_took(LEN, Duration::from_micros(80), true);
+            }
+            tried += 1;
         }
-        assert!(!r.times(page(0x7100_0000), 1 << 20), "at COLD_AFTER");
-        r.prefers_pull(1 << 20);
-        assert!(r.times(page(0x7200_0000), 1 << 20), "past it");
-        // the classes count apart
-        assert!(!r.times(page(0x7300_0000), PULL_FROM));
+        // judged (pulls won): the winner's transfers are timed, mapped or not
+        for n in 2 * WINDOW as u64 + 1..16 {
+            assert!(r.prefers_pull(LEN), "transfer {n}");
+            assert!(r.times(&cold) && r.times(&warm));
+        }
+        // the exploration at the 16th transfer (a read) is a probe again
+        assert!(!r.prefers_pull(LEN));
+        assert!(!r.times(&cold) && r.times(&warm));
+        // past COLD_AFTER transfers, every one is timed: a program whose messages
+        // all go into pages not yet mapped is judged on what they cost
+        for _ in 16..COLD_AFTER {
+            r.prefers_pull(LEN);
+        }
+        for n in COLD_AFTER + 1..=EXPLORE {
+            let pull = r.prefers_pull(LEN);
+            assert!(r.times(&cold), "transfer {n}");
+            assert_eq!(pull, n != EXPLORE, "transfer {n}");
+        }
+        // the classes count apart: another one's first transfer is a trial
+        let small = unmapped(PULL_FROM);
+        r.prefers_pull(PULL_FROM);
+        assert!(!r.times(&small));
     }
 
     #[test]
     fn untimed_reads_leave_the_judgement_alone() {
-        // the first window: reads into fresh destinations at page-fault speed, not
-        // timed; then pulls and reads timed as they are: pulls chosen
+        // the first window: reads into pages not yet mapped, at page-fault speed,
+        // not timed; then pulls and reads timed as they are: pulls chosen
         let mut r = Reader::default();
         for _ in 0..64 {
             r.read_took(1 << 20, Duration::from_micros(400), false);
@@ -1189,7 +1250,7 @@ mod tests {
             }
         }
         assert!(r.prefers_pull(1 << 20));
-        // the case avoided: pulls timed while their destinations were fresh (400)
+        // the case avoided: pulls timed while their destinations were unmapped (400)
         // and reads once they were not (80) lose, but for the exploration at the
         // 16th transfer (then FAR behind still: none at the 32nd and 64th)
         let (_, pulls) = reader_with(400, 80, 8 + 64);
@@ -1336,7 +1397,7 @@ mod tests {
         assert_eq!(close.iter().filter(|&&(pull, _)| !pull).count(), 6);
         assert!(close.iter().all(|&(_, n)| n % run == 0), "{close:?}");
         // samples of a first run that met cold memory (pulls at 400 while their
-        // destinations were fresh) cut nothing once the pulls are warm: the
+        // destinations were unmapped) cut nothing once the pulls are warm: the
         // exploration for the 32nd transfer finds them cheaper and keeps them (the
         // one for the 64th, of reads now FAR behind, is cut short)
         let mut ways = Ways::default();
