@@ -611,7 +611,7 @@ impl Reader {
     /// gets the next size's mapped anew at the same addresses, so its first window,
     /// where the trials are made, was timed at page-fault speed
     /// (`docs/performance.md`, "Cold trials told by the pages mapped").
-    pub fn times(&mut self, dst: &[u8]) -> bool {
+    pub fn times(&self, dst: &[u8]) -> bool {
         !self.ways.probes(dst.len()) || resident(dst)
     }
 
@@ -1098,8 +1098,7 @@ mod tests {
         let claim = AtomicU64::new(0);
         let mut tokens = Vec::new();
         // pulls not judged (a ring not yet lapped, or a trial into pages not yet
-        // mapped) are
-        // reported, and leave the judgement as it was
+        // mapped) are reported, and leave the judgement as it was
         for k in 1..=WINDOW as u32 {
             r.pulls.push_back(finished(k, false));
         }
@@ -1170,20 +1169,22 @@ mod tests {
 
     #[test]
     fn residency_is_told_page_by_page() {
-        let mut m = unmapped(4 * 4096);
+        let pg = rustix::param::page_size();
+        let mut m = unmapped(4 * pg);
         assert!(!resident(&m), "nothing written yet");
-        m[4096 + 10] = 1;
-        assert!(resident(&m[4096..2 * 4096]), "the page written");
-        assert!(resident(&m[4096 + 100..4096 + 200]), "inside it, unaligned");
-        assert!(!resident(&m[4096..2 * 4096 + 1]), "one byte into the next");
-        assert!(!resident(&m[..2 * 4096]), "the page before");
+        m[pg + 10] = 1;
+        assert!(resident(&m[pg..2 * pg]), "the page written");
+        assert!(resident(&m[pg + 100..pg + 200]), "inside it, unaligned");
+        assert!(!resident(&m[pg..2 * pg + 1]), "one byte into the next");
+        assert!(!resident(&m[..2 * pg]), "the page before");
         m.fill(1);
         assert!(resident(&m));
-        // more pages than one call's vector holds: the last one told too
-        let mut big = unmapped(2 << 20);
-        big[..(2 << 20) - 4096].fill(1);
+        // more pages than one call's vector holds (256): the last one told too
+        let len = 512 * pg;
+        let mut big = unmapped(len);
+        big[..len - pg].fill(1);
         assert!(!resident(&big));
-        big[(2 << 20) - 1] = 1;
+        big[len - 1] = 1;
         assert!(resident(&big));
     }
 
